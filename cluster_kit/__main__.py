@@ -1,0 +1,3 @@
+from cluster_kit.cli import main
+
+main()

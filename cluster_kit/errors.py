@@ -1,0 +1,58 @@
+"""One family of errors: each carries its exit code and, where known, the fix.
+
+Exit codes are the product contract (SPEC): 1 a check failed / node unreachable /
+job failed, 2 bad input, 3 the cluster refused.
+"""
+from __future__ import annotations
+
+from typing import IO, Any, Optional
+
+import click
+
+
+class ClusterKitError(click.ClickException):
+    """Base error: printed as one line (plus the fix), never as a traceback."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, fix: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.fix = fix
+
+    def format_message(self) -> str:
+        if self.fix:
+            return f"{self.message}\n  fix: {self.fix}"
+        return self.message
+
+    def show(self, file: Optional[IO[Any]] = None) -> None:
+        click.echo(f"clusterkit: error: {self.format_message()}", err=True)
+
+
+class InputError(ClusterKitError):
+    """Bad user input: YAML, validation, template, usage (exit 2)."""
+
+    exit_code = 2
+
+
+class ValidationError(InputError):
+    """Several `FILE:LINE: message` problems found at once (exit 2)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+    def show(self, file: Optional[IO[Any]] = None) -> None:
+        for line in self.problems:
+            click.echo(line, err=True)
+
+
+class CheckFailed(ClusterKitError):
+    """A check failed, a node was unreachable, or the job failed (exit 1)."""
+
+    exit_code = 1
+
+
+class ClusterRefused(ClusterKitError):
+    """sbatch/squeue/scontrol or the SSH login said no (exit 3)."""
+
+    exit_code = 3
