@@ -1,0 +1,705 @@
+"""Declarative key specs of cluster profiles and job files, and the checker.
+
+A spec is a tree of four node kinds: `Field` (a scalar with a check and a
+default), `ListOf`, `MapOf` (open mappings such as `env`) and `Section` (a
+mapping with named keys, optionally open to more keys through `extra`).
+`check(data, spec)` walks a loaded file and returns every problem at once as
+`(key path, message)` pairs; config.py turns those into `FILE:LINE: message`.
+
+Values that end up on an `#SBATCH` line must match a safe character set for
+their kind: `#SBATCH` lines are read by sbatch, not by a shell, so quoting
+cannot protect them. Values that end up in the shell body (env values, setup
+lines, args) may hold `$(...)`: the renderer quotes them, and `setup` lines are
+shell commands by design. No string anywhere may hold a newline or NUL.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+from cluster_kit.yamlfile import KeyPath
+
+Check = Callable[[Any], Optional[str]]  # noqa: UP045 - evaluated at runtime on 3.9
+Problem = tuple[KeyPath, str]
+
+
+# --------------------------------------------------------------------------- spec nodes
+
+@dataclass(frozen=True)
+class Field:
+    """A scalar key: `check(value)` returns a problem (text after `key: `) or None."""
+
+    check: Check
+    default: Any = None
+
+
+@dataclass(frozen=True)
+class ListOf:
+    """A list whose items all follow `item`."""
+
+    item: Field
+    default: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class MapOf:
+    """An open mapping: each key passes `key_check`, each value `value`."""
+
+    key_check: Check
+    value: Field
+
+
+@dataclass(frozen=True)
+class Section:
+    """A mapping with named keys; other keys go to `extra` or are errors.
+
+    `present=False` keeps an absent section absent (`login`: absent = run locally).
+    `extra_hint` is how the valid-keys list describes what `extra` accepts.
+    `extra_accepts(key)` says whether a key that is not a field belongs to `extra`.
+    """
+
+    fields: dict[str, Spec]
+    extra: MapOf | None = None
+    extra_hint: str = ""
+    present: bool = True
+    suggest_from: tuple[str, ...] = ()
+    extra_accepts: Callable[[Any], bool] = lambda key: True
+
+
+Spec = Union[Field, ListOf, MapOf, Section]  # noqa: UP007 - evaluated at runtime on 3.9
+
+
+# --------------------------------------------------------------------------- scalar checks
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _type_name(value: Any) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+             list: "a list", dict: "a mapping", type(None): "empty"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _got(value: Any) -> str:
+    if isinstance(value, (dict, list)) or value is None:
+        return _type_name(value)
+    return f"{_type_name(value)} ({value!r})"
+
+
+def integer(lo: int | None = None, hi: int | None = None) -> Check:
+    """An integer, optionally within [lo, hi]."""
+    def check(value: Any) -> str | None:
+        if not _is_int(value):
+            return f"expected an integer, got {_got(value)}"
+        if lo is not None and hi is not None and not lo <= value <= hi:
+            return f"{value} is out of range; use {lo}-{hi}"
+        if lo is not None and value < lo:
+            return f"{value} is too small; use {lo} or more"
+        return None
+    return check
+
+
+def positive_int() -> Check:
+    """A count: an integer >= 1."""
+    return integer(lo=1)
+
+
+def positive_number() -> Check:
+    """A measure such as a rate or a timeout: a number > 0."""
+    def check(value: Any) -> str | None:
+        if not _is_number(value):
+            return f"expected a number, got {_got(value)}"
+        if value <= 0:
+            return f"{value} must be greater than 0"
+        return None
+    return check
+
+
+def boolean() -> Check:
+    """true or false."""
+    def check(value: Any) -> str | None:
+        return None if isinstance(value, bool) else f"expected true or false, got {_got(value)}"
+    return check
+
+
+def one_of(*choices: str) -> Check:
+    """One of a fixed set of strings."""
+    def check(value: Any) -> str | None:
+        if value in choices:
+            return None
+        shown = repr(value) if isinstance(value, str) else _got(value)
+        return f"{shown} is not one of {' | '.join(choices)}"
+    return check
+
+
+def text() -> Check:
+    """Any string (newline and NUL are refused for every string by the walker)."""
+    def check(value: Any) -> str | None:
+        if isinstance(value, str) and value.strip():
+            return None
+        return "expected a non-empty string" if isinstance(value, str) \
+            else f"expected a string, got {_got(value)}"
+    return check
+
+
+@dataclass(frozen=True)
+class Charset:
+    """A safe character set for one kind of value, with words for the fix."""
+
+    pattern: str
+    allowed: str
+
+    def check(self, value: Any, what: str) -> str | None:
+        """Problem text when `value` holds characters outside the set."""
+        bad = sorted({ch for ch in value if not re.fullmatch(self.pattern, ch)})
+        if not bad:
+            return None
+        shown = ", ".join(repr(ch) for ch in bad)
+        return f"{value!r} contains {shown}, which {what} must not carry; use {self.allowed}"
+
+
+SBATCH_WHAT = "an #SBATCH line"
+NAME_CHARS = Charset(r"[A-Za-z0-9_.,+-]", "letters, digits and _ . , + -")
+CONSTRAINT_CHARS = Charset(r"[A-Za-z0-9_.,:&|*!()\[\]-]",
+                           "feature names joined with & | , * [ ] ( ) !")
+PATH_CHARS = Charset(r"[A-Za-z0-9_./%@+,=:-]", "a path of letters, digits and _ . / % @ + , = : -")
+SBATCH_VALUE_CHARS = Charset(r"[A-Za-z0-9_./%@+,:=*&|!()\[\]^~-]",
+                             "letters, digits and _ . / % @ + , : = * & | ! ( ) [ ] ^ ~ -")
+HOST_CHARS = Charset(r"[A-Za-z0-9_.@:,%\[\]-]", "a host name, user@host or host:port")
+IFNAME_CHARS = Charset(r"[A-Za-z0-9_.:@=,^-]", "interface names or prefixes, e.g. eth0 or =eth0,eth1")
+
+
+def safe_string(chars: Charset, what: str = SBATCH_WHAT) -> Check:
+    """A non-empty string within `chars`."""
+    def check(value: Any) -> str | None:
+        if _is_number(value) and what == SBATCH_WHAT:
+            value = str(value)
+        problem = text()(value)
+        return problem or chars.check(value, what)
+    return check
+
+
+_TIME_FORMS = [
+    r"\d+",                              # minutes
+    r"\d+:[0-5]?\d",                     # MM:SS
+    r"\d+:[0-5]?\d:[0-5]?\d",            # HH:MM:SS
+    r"\d+-(?:[01]?\d|2[0-3])",           # D-HH
+    r"\d+-(?:[01]?\d|2[0-3]):[0-5]?\d",  # D-HH:MM
+    r"\d+-(?:[01]?\d|2[0-3]):[0-5]?\d:[0-5]?\d",  # D-HH:MM:SS
+]
+_TIME_RE = re.compile("|".join(f"(?:{form})" for form in _TIME_FORMS))
+
+
+def slurm_time() -> Check:
+    """A Slurm time limit in any form sbatch accepts."""
+    def check(value: Any) -> str | None:
+        if _is_int(value) and value >= 0:
+            return None
+        if isinstance(value, str) and (
+                _TIME_RE.fullmatch(value) or value.upper() in ("UNLIMITED", "INFINITE")):
+            return None
+        shown = repr(value) if isinstance(value, str) else _got(value)
+        return (f"{shown} is not a Slurm time limit; use minutes, MM:SS, HH:MM:SS, D-HH, "
+                "D-HH:MM, D-HH:MM:SS or UNLIMITED (quoted, e.g. \"04:00:00\")")
+    return check
+
+
+_SIZE_RE = re.compile(r"\d+[KMGT]?", re.IGNORECASE)
+
+
+def slurm_memory() -> Check:
+    """--mem: megabytes as an integer, or a size such as 500M, 64G (0 = all)."""
+    def check(value: Any) -> str | None:
+        if (_is_int(value) and value >= 0) or (isinstance(value, str) and _SIZE_RE.fullmatch(value)):
+            return None
+        shown = repr(value) if isinstance(value, str) else _got(value)
+        return f"{shown} is not a memory size; use megabytes (e.g. 0 or 16000) or 500M, 64G, 1T"
+    return check
+
+
+def memlock() -> Check:
+    """expect.memlock: 'unlimited' or a size (8M, 64G, 1024K; a bare number is KiB)."""
+    def check(value: Any) -> str | None:
+        if _is_int(value) and value >= 0:
+            return None
+        if isinstance(value, str) and (value.lower() == "unlimited" or _SIZE_RE.fullmatch(value)):
+            return None
+        shown = repr(value) if isinstance(value, str) else _got(value)
+        return f"{shown} is not a memlock limit; use unlimited or a size such as 1024K, 8M, 64G"
+    return check
+
+
+def exclusive() -> Check:
+    """--exclusive: true/false or user | mcs | topo."""
+    def check(value: Any) -> str | None:
+        if isinstance(value, bool) or value in ("user", "mcs", "topo"):
+            return None
+        return f"{value!r} is not valid; use true, false, user, mcs or topo"
+    return check
+
+
+def dotted_version() -> Check:
+    """A dotted version such as "535.104.05"; quoted, so trailing zeros survive."""
+    def check(value: Any) -> str | None:
+        if isinstance(value, float):
+            return (f"{value!r} was read as a number, which loses trailing zeros "
+                    "(535.40 becomes 535.4); quote the version, e.g. \"535.104.05\"")
+        if _is_int(value) or (isinstance(value, str) and re.fullmatch(r"\d+(\.\d+)*", value)):
+            return None
+        shown = repr(value) if isinstance(value, str) else _got(value)
+        return f"{shown} is not a dotted version; use e.g. \"535.104.05\""
+    return check
+
+
+def pep440_specifier() -> Check:
+    """A PEP 440 version specifier such as '>=2.18' or '>=2.18,<3'."""
+    def check(value: Any) -> str | None:
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+        if not isinstance(value, str):
+            return f"expected a quoted version specifier such as \">=2.18\", got {_got(value)}"
+        try:
+            SpecifierSet(value)
+        except InvalidSpecifier:
+            return f"{value!r} is not a version specifier; use e.g. \">=2.18\" or \">=2.18,<3\""
+        return None
+    return check
+
+
+_HCA_RE = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*(?::[1-9]\d*)?")
+
+
+def ib_hca() -> Check:
+    """One HCA, optionally with its port: mlx5_0 or mlx5_0:1."""
+    def check(value: Any) -> str | None:
+        if isinstance(value, str) and _HCA_RE.fullmatch(value):
+            return None
+        shown = repr(value) if isinstance(value, str) else _got(value)
+        return f"{shown} is not an HCA; use a device name with an optional port, e.g. mlx5_0:1"
+    return check
+
+
+def hostlist() -> Check:
+    """A Slurm hostlist such as gpu[001-064],login01."""
+    def check(value: Any) -> str | None:
+        problem = safe_string(HOST_CHARS, "a hostlist")(value)
+        if problem:
+            return problem
+        try:
+            from cluster_kit.hostlist import expand
+        except ImportError:  # the hostlist module is optional at validation time
+            return None
+        try:
+            expand(value)
+        except ValueError as exc:
+            return f"{value!r} is not a Slurm hostlist ({exc}); use e.g. gpu[001-064]"
+        return None
+    return check
+
+
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def env_name() -> Check:
+    """A shell variable name."""
+    def check(key: Any) -> str | None:
+        if isinstance(key, str) and ENV_NAME_RE.fullmatch(key):
+            return None
+        return (f"{key!r} is not a valid environment variable name; "
+                "use letters, digits and _, not starting with a digit")
+    return check
+
+
+def env_value() -> Check:
+    """An environment value: a string or a number (booleans are ambiguous)."""
+    def check(value: Any) -> str | None:
+        if isinstance(value, str) or _is_number(value):
+            return None
+        if isinstance(value, bool):
+            return f"{value!r} is a YAML boolean; quote it (\"true\") or write 1 / 0"
+        return f"expected a string or a number, got {_got(value)}"
+    return check
+
+
+def arg() -> Check:
+    """A command-line argument: string or number."""
+    return env_value()
+
+
+# --------------------------------------------------------------------------- NCCL names
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+# The NCCL_* variables of NCCL's "Environment Variables" documentation
+# (2.4 through 2.2x), including renamed and deprecated ones that still appear there.
+NCCL_VARIABLES = _words("""
+NCCL_ALGO NCCL_ALLOC_P2P_NET_LL_BUFFERS NCCL_BUFFSIZE NCCL_CHECK_POINTERS
+NCCL_CHECKS_DISABLE NCCL_COLLNET_ENABLE NCCL_COLLNET_NODE_THRESHOLD NCCL_COMM_BLOCKING
+NCCL_COMM_ID NCCL_COMM_SPLIT_SHARE_RESOURCES NCCL_CONF_FILE NCCL_CREATE_THREAD_CONTEXT
+NCCL_CROSS_NIC NCCL_CTA_POLICY NCCL_CUMEM_ENABLE NCCL_CUMEM_HOST_ENABLE NCCL_DEBUG
+NCCL_DEBUG_FILE NCCL_DEBUG_SUBSYS NCCL_DEBUG_TIMESTAMP_FORMAT NCCL_DEBUG_TIMESTAMP_LEVELS
+NCCL_DMABUF_ENABLE NCCL_GDRCOPY_ENABLE NCCL_GDRCOPY_FLUSH_ENABLE NCCL_GRAPH_MIXING_SUPPORT
+NCCL_GRAPH_REGISTER NCCL_HOSTID NCCL_IB_ADAPTIVE_ROUTING NCCL_IB_ADDR_FAMILY
+NCCL_IB_ADDR_RANGE NCCL_IB_AR_THRESHOLD NCCL_IB_CUDA_SUPPORT NCCL_IB_DATA_DIRECT
+NCCL_IB_DISABLE NCCL_IB_ECE_ENABLE NCCL_IB_FIFO_TC NCCL_IB_GDR_LEVEL NCCL_IB_GID_INDEX
+NCCL_IB_HCA NCCL_IB_MERGE_NICS NCCL_IB_MERGE_VFS NCCL_IB_PCI_RELAXED_ORDERING NCCL_IB_PKEY
+NCCL_IB_QPS_PER_CONNECTION NCCL_IB_RETRY_CNT NCCL_IB_RETURN_ASYNC_EVENTS
+NCCL_IB_ROCE_VERSION_NUM NCCL_IB_ROUTABLE_FLID_GID_INDEX NCCL_IB_SL NCCL_IB_SPLIT_DATA_ON_QPS
+NCCL_IB_TC NCCL_IB_TIMEOUT NCCL_IB_USE_INLINE NCCL_IGNORE_CPU_AFFINITY
+NCCL_IGNORE_DISABLED_P2P NCCL_LAUNCH_MODE NCCL_LAUNCH_ORDER_IMPLICIT
+NCCL_LEGACY_CUDA_REGISTER NCCL_LL_THRESHOLD NCCL_LOCAL_REGISTER NCCL_MAX_CTAS
+NCCL_MAX_NCHANNELS NCCL_MAX_NRINGS NCCL_MEM_SYNC_DOMAIN NCCL_MIN_CTAS NCCL_MIN_NCHANNELS
+NCCL_MIN_NRINGS NCCL_MNNVL_CLIQUE_ID NCCL_MNNVL_ENABLE NCCL_MNNVL_UUID
+NCCL_NCHANNELS_PER_NET_PEER NCCL_NET NCCL_NET_DISABLE_INTRA NCCL_NET_FORCE_FLUSH
+NCCL_NET_GDR_C2C NCCL_NET_GDR_LEVEL NCCL_NET_GDR_READ NCCL_NET_PLUGIN
+NCCL_NET_SHARED_BUFFERS NCCL_NET_SHARED_COMMS NCCL_NSOCKS_PERTHREAD NCCL_NTHREADS
+NCCL_NVB_DISABLE NCCL_NVLS_ENABLE NCCL_NVLS_NCHANNELS NCCL_NVLSTREE_MAX_CHUNKSIZE
+NCCL_OOB_NET_ENABLE NCCL_OOB_NET_IFNAME NCCL_P2P_DIRECT_DISABLE NCCL_P2P_DISABLE
+NCCL_P2P_LEVEL NCCL_P2P_LL_THRESHOLD NCCL_P2P_NET_CHUNKSIZE NCCL_P2P_NVL_CHUNKSIZE
+NCCL_P2P_PCI_CHUNKSIZE NCCL_P2P_PXN_LEVEL NCCL_P2P_USE_CUDA_MEMCPY NCCL_PROFILER_PLUGIN
+NCCL_PROGRESS_APPENDOP_FREQ NCCL_PROTO NCCL_PXN_DISABLE NCCL_RAS_ADDR NCCL_RAS_ENABLE
+NCCL_RAS_TIMEOUT_FACTOR NCCL_RINGS NCCL_RUNTIME_CONNECT NCCL_SET_STACK_SIZE
+NCCL_SET_THREAD_NAME NCCL_SHM_DISABLE NCCL_SHM_LOCALITY NCCL_SHM_MEMCPY_MODE
+NCCL_SHM_USE_CUDA_MEMCPY NCCL_SINGLE_RING_THRESHOLD NCCL_SOCKET_FAMILY NCCL_SOCKET_IFNAME
+NCCL_SOCKET_NTHREADS NCCL_SOCKET_POLL_TIMEOUT_MSEC NCCL_SOCKET_RETRY_CNT
+NCCL_SOCKET_RETRY_SLEEP_MSEC NCCL_TOPO_DUMP_FILE NCCL_TOPO_FILE NCCL_TREE_THRESHOLD
+NCCL_TUNER_PLUGIN NCCL_UID_STAGGER_RATE NCCL_UID_STAGGER_THRESHOLD NCCL_WORK_FIFO_DEPTH
+""")
+
+# Variables the profile sets through a dedicated key; a second spelling would conflict.
+NCCL_OWNED = {
+    "NCCL_IB_HCA": "network.ib_hca",
+    "NCCL_IB_GID_INDEX": "network.gid_index",
+    "NCCL_IB_TIMEOUT": "network.ib_timeout",
+    "NCCL_SOCKET_IFNAME": "network.socket_ifname",
+    "NCCL_DEBUG": "the job's nccl.debug",
+}
+
+
+def nccl_name() -> Check:
+    """A documented NCCL_* variable not owned by a dedicated key."""
+    def check(key: Any) -> str | None:
+        if not isinstance(key, str):
+            return f"{key!r} is not an NCCL variable name"
+        if key in NCCL_OWNED:
+            return f"{key} is set from {NCCL_OWNED[key]}; set it there instead"
+        if key in NCCL_VARIABLES:
+            return None
+        if not key.startswith("NCCL_"):
+            return (f"{key!r} is not an NCCL variable (those start with NCCL_); "
+                    "put other variables in environment.env")
+        close = difflib.get_close_matches(key, sorted(NCCL_VARIABLES), n=1, cutoff=0.8)
+        hint = f"; did you mean '{close[0]}'?" if close else \
+            "; see the Environment Variables page of the NCCL documentation"
+        return f"{key!r} is not a known NCCL variable{hint}"
+    return check
+
+
+def nccl_value() -> Check:
+    """An NCCL variable's value: string or number."""
+    return env_value()
+
+
+# --------------------------------------------------------------------------- sbatch options
+
+# Long options of sbatch(1), Slurm 20.11 to 24.x.
+SBATCH_OPTIONS = _words("""
+account acctg-freq array batch bb bbf begin chdir cluster-constraint clusters comment
+constraint container container-id contiguous core-spec cores-per-socket cpu-freq
+cpus-per-gpu cpus-per-task deadline delay-boot dependency distribution error exclude
+exclusive export export-file extra extra-node-info get-user-env gid gpu-bind gpu-freq gpus
+gpus-per-node gpus-per-socket gpus-per-task gres gres-flags help hint hold ignore-pbs input
+job-name kill-on-invalid-dep license licenses mail-type mail-user mcs-label mem mem-bind
+mem-per-cpu mem-per-gpu mincpus network nice no-kill no-requeue nodefile nodelist nodes
+ntasks ntasks-per-core ntasks-per-gpu ntasks-per-node ntasks-per-socket oom-kill-step
+open-mode output overcommit oversubscribe parsable partition power prefer priority profile
+propagate qos quiet reboot requeue reservation resv-ports signal sockets-per-node
+spread-job switches test-only thread-spec threads-per-core time time-min tmp tres-bind
+tres-per-task uid usage use-min-nodes verbose version wait wait-all-nodes wckey wrap
+""")
+
+# Options clusterkit writes itself, or that only make sense on sbatch's command line.
+SBATCH_MANAGED = {
+    "job-name": "the job's `name`",
+    "nodes": "the job's `nodes`",
+    "ntasks": "`ntasks_per_node` and the launcher",
+    "output": "the job's `output`",
+    "chdir": "the job's `workdir`",
+    "wrap": "the rendered script",
+    "parsable": "clusterkit itself",
+    "test-only": "`clusterkit submit --test-only`",
+    "wait": "`clusterkit submit --wait`",
+    "help": "nothing (it is not a job option)",
+    "usage": "nothing (it is not a job option)",
+    "version": "nothing (it is not a job option)",
+}
+
+
+def sbatch_option(key: str) -> str:
+    """The sbatch spelling of a YAML key: mail_type -> mail-type."""
+    return key.replace("_", "-")
+
+
+def sbatch_option_name() -> Check:
+    """A real sbatch long option that the user may set."""
+    def check(key: Any) -> str | None:
+        if not isinstance(key, str):
+            return f"{key!r} is not an sbatch option name"
+        if key.startswith("-"):
+            return f"write {key!r} without the leading dashes: {key.lstrip('-')}"
+        option = sbatch_option(key)
+        if option.replace("-", "_") in SLURM_NAMED:
+            return f"{key!r} has its own key; write it as slurm.{option.replace('-', '_')}"
+        if option in SBATCH_MANAGED:
+            return f"--{option} is set from {SBATCH_MANAGED[option]}; remove it here"
+        if option in SBATCH_OPTIONS:
+            return None
+        close = difflib.get_close_matches(option, sorted(SBATCH_OPTIONS), n=1, cutoff=0.75)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        return f"{key!r} is not an sbatch option{hint}"
+    return check
+
+
+def sbatch_value() -> Check:
+    """Value of an extra sbatch option: safe text, a number, or true (a bare flag)."""
+    def check(value: Any) -> str | None:
+        if isinstance(value, bool) or _is_number(value):
+            return None
+        return safe_string(SBATCH_VALUE_CHARS)(value)
+    return check
+
+
+# --------------------------------------------------------------------------- the specs
+
+def _str(default: Any = None) -> Field:
+    return Field(text(), default)
+
+
+SSH_FIELDS: dict[str, Spec] = {
+    "user": Field(safe_string(NAME_CHARS, "a user name")),
+    "port": Field(integer(1, 65535), 22),
+    "identity_file": _str(),
+    "proxy_jump": Field(safe_string(HOST_CHARS, "a ProxyJump")),
+}
+
+LOGIN = Section({"host": Field(safe_string(HOST_CHARS, "a host name")), **SSH_FIELDS},
+                present=False)
+
+SSH = Section({
+    **SSH_FIELDS,
+    "known_hosts": _str("~/.ssh/known_hosts"),
+    "host_key_policy": Field(one_of("strict", "accept-new"), "strict"),
+    "connect_timeout": Field(positive_number(), 10),
+    "command_timeout": Field(positive_number(), 60),
+    "fanout": Field(positive_int(), 64),
+})
+
+SLURM_NAMED: dict[str, Spec] = {
+    "partition": Field(safe_string(NAME_CHARS)),
+    "account": Field(safe_string(NAME_CHARS)),
+    "qos": Field(safe_string(NAME_CHARS)),
+    "constraint": Field(safe_string(CONSTRAINT_CHARS)),
+    "gpus_per_node": Field(positive_int()),
+    "ntasks_per_node": Field(positive_int()),
+    "cpus_per_task": Field(positive_int()),
+    "mem": Field(slurm_memory()),
+    "time": Field(slurm_time()),
+    "exclusive": Field(exclusive()),
+}
+
+SBATCH_EXTRA = MapOf(sbatch_option_name(), Field(sbatch_value()))
+
+SLURM = Section(
+    {**SLURM_NAMED, "sbatch": SBATCH_EXTRA},
+    extra=SBATCH_EXTRA,
+    extra_hint="or any sbatch long option (e.g. mail_type)",
+    suggest_from=tuple(sorted(o.replace("-", "_") for o in SBATCH_OPTIONS)),
+    extra_accepts=lambda key: isinstance(key, str)
+    and sbatch_option(key.lstrip("-")) in SBATCH_OPTIONS,
+)
+
+NETWORK_FIELDS: dict[str, Spec] = {
+    "fabric": Field(one_of("infiniband", "roce", "ethernet")),
+    "ib_hca": ListOf(Field(ib_hca())),
+    "gid_index": Field(integer(lo=0)),
+    "ib_timeout": Field(integer(0, 31)),
+    "socket_ifname": Field(safe_string(IFNAME_CHARS, "NCCL_SOCKET_IFNAME")),
+    "nccl_env": MapOf(nccl_name(), Field(nccl_value())),
+}
+
+ENVIRONMENT = Section({
+    "modules": ListOf(Field(text())),
+    "setup": ListOf(Field(text())),
+    "python": _str("python3"),
+    "env": MapOf(env_name(), Field(env_value())),
+})
+
+EXPECT = Section({
+    "gpus_per_node": Field(positive_int()),
+    "gpu_model": _str(),
+    "min_driver": Field(dotted_version()),
+    "nccl": Field(pep440_specifier()),
+    "ib_rate_gbps": Field(positive_number()),
+    "peermem": Field(boolean()),
+    "memlock": Field(memlock()),
+    "allreduce_busbw_gbps": Field(positive_number()),
+})
+
+PROFILE = Section({
+    "name": Field(safe_string(NAME_CHARS, "a profile name")),
+    "extends": _str(),
+    "login": LOGIN,
+    "ssh": SSH,
+    "nodes": Field(hostlist()),
+    "slurm": SLURM,
+    "network": Section(NETWORK_FIELDS),
+    "environment": ENVIRONMENT,
+    "expect": EXPECT,
+})
+
+JOB_NCCL = Section({**NETWORK_FIELDS, "debug": Field(one_of("VERSION", "WARN", "INFO", "TRACE"))})
+
+JOB = Section({
+    "name": Field(safe_string(NAME_CHARS)),
+    "profile": _str(),
+    "nodes": Field(positive_int(), 1),
+    "gpus_per_node": Field(positive_int()),
+    "time": Field(slurm_time()),
+    "launcher": Field(one_of("srun", "torchrun"), "srun"),
+    "script": _str(),
+    "args": ListOf(Field(arg())),
+    "workdir": Field(safe_string(PATH_CHARS)),
+    "output": Field(safe_string(PATH_CHARS)),
+    "env": MapOf(env_name(), Field(env_value())),
+    "nccl": JOB_NCCL,
+    "preflight": Field(boolean(), True),
+    "cuda_graphs": Field(boolean(), False),
+    "template": _str("ddp"),
+    "master_port": Field(integer(1024, 65535)),
+    "slurm": SLURM,
+})
+
+JOB_REQUIRED = ("profile", "script")
+
+
+# --------------------------------------------------------------------------- the walker
+
+def dotted(path: KeyPath) -> str:
+    """`network.ib_hca[1]` for ("network", "ib_hca", 1)."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def check(data: dict[str, Any], spec: Section) -> list[Problem]:
+    """Every problem in `data` against `spec`, in document order of the keys."""
+    problems: list[Problem] = []
+    _check_section(data, spec, (), problems)
+    return problems
+
+
+def _report(problems: list[Problem], path: KeyPath, message: str) -> None:
+    problems.append((path, f"{dotted(path)}: {message}" if path else message))
+
+
+def _check_node(value: Any, spec: Spec, path: KeyPath, problems: list[Problem]) -> None:
+    if isinstance(spec, Section):
+        if isinstance(value, dict):
+            _check_section(value, spec, path, problems)
+        else:
+            _report(problems, path, f"expected a mapping of keys, got {_got(value)}")
+    elif isinstance(spec, MapOf):
+        _check_map(value, spec, path, problems)
+    elif isinstance(spec, ListOf):
+        _check_list(value, spec, path, problems)
+    else:
+        _check_scalar(value, spec, path, problems)
+
+
+def _check_scalar(value: Any, spec: Field, path: KeyPath, problems: list[Problem]) -> None:
+    if isinstance(value, str) and ("\n" in value or "\0" in value):
+        kind = "a newline" if "\n" in value else "a NUL character"
+        _report(problems, path, f"contains {kind}; values must be a single line")
+        return
+    problem = spec.check(value)
+    if problem:
+        _report(problems, path, problem)
+
+
+def _check_list(value: Any, spec: ListOf, path: KeyPath, problems: list[Problem]) -> None:
+    if not isinstance(value, list):
+        _report(problems, path, f"expected a list, got {_got(value)}")
+        return
+    for index, item in enumerate(value):
+        _check_scalar(item, spec.item, path + (index,), problems)
+
+
+def _check_map(value: Any, spec: MapOf, path: KeyPath, problems: list[Problem]) -> None:
+    if not isinstance(value, dict):
+        _report(problems, path, f"expected a mapping, got {_got(value)}")
+        return
+    for key, item in value.items():
+        problem = spec.key_check(key)
+        if problem:
+            _report(problems, path + (key,), problem)
+        else:
+            _check_scalar(item, spec.value, path + (key,), problems)
+
+
+def _check_section(data: dict[str, Any], spec: Section, path: KeyPath,
+                   problems: list[Problem]) -> None:
+    for key, value in data.items():
+        if key in spec.fields:
+            _check_node(value, spec.fields[key], path + (key,), problems)
+        elif spec.extra is not None and spec.extra_accepts(key):
+            _check_map({key: value}, spec.extra, path, problems)
+        else:
+            problems.append((path + (key,), unknown_key(key, spec, path)))
+
+
+def unknown_key(key: Any, spec: Section, path: KeyPath) -> str:
+    """`unknown key 'x' in s; did you mean 'y'? valid keys: ...` for a section."""
+    valid = list(spec.fields)
+    candidates = list(dict.fromkeys(valid + list(spec.suggest_from)))
+    close = difflib.get_close_matches(str(key), candidates, n=1, cutoff=0.6)
+    where = f" in {dotted(path)}" if path else ""
+    hint = f"; did you mean '{close[0]}'? " if close else "; "
+    listed = ", ".join(valid) + (f", {spec.extra_hint}" if spec.extra_hint else "")
+    return f"unknown key '{key}'{where}{hint}valid keys: {listed}"
+
+
+# --------------------------------------------------------------------------- defaults
+
+def with_defaults(data: dict[str, Any], spec: Section) -> dict[str, Any]:
+    """A copy of `data` with every absent key of `spec` filled with its default."""
+    out: dict[str, Any] = {}
+    for key, sub in spec.fields.items():
+        if key in data:
+            out[key] = _default_inside(data[key], sub)
+        elif isinstance(sub, Section):
+            out[key] = with_defaults({}, sub) if sub.present else None
+        elif isinstance(sub, ListOf):
+            out[key] = list(sub.default)
+        elif isinstance(sub, MapOf):
+            out[key] = {}
+        else:
+            out[key] = sub.default
+    for key, value in data.items():
+        out.setdefault(key, value)
+    return out
+
+
+def _default_inside(value: Any, spec: Spec) -> Any:
+    if isinstance(spec, Section) and isinstance(value, dict):
+        return with_defaults(value, spec)
+    return value
