@@ -15,7 +15,6 @@ Quoting rules the templates rely on:
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import traceback
@@ -312,21 +311,10 @@ def build_preflight(
     """The heredocs of the in-job preflight, or None when it does not run."""
     if not settings.get("preflight") or not probe_source:
         return None
-    profile = {
-        "name": settings.get("profile_name"),
-        "network": settings.get("network") or {},
-        "expect": settings.get("expect") or {},
-    }
-    return {
-        "probe": build_heredoc(probe_source, "CLUSTERKIT_PROBE"),
-        "checks": build_heredoc(checks_source, "CLUSTERKIT_CHECKS")
-        if checks_source
-        else None,
-        "profile": build_heredoc(
-            json.dumps(profile, indent=1, sort_keys=True, default=str),
-            "CLUSTERKIT_PROFILE",
-        ),
-    }
+    checks = (
+        build_heredoc(checks_source, "CLUSTERKIT_CHECKS") if checks_source else None
+    )
+    return {"probe": build_heredoc(probe_source, "CLUSTERKIT_PROBE"), "checks": checks}
 
 
 # ---------------------------------------------------------------------------
