@@ -1,0 +1,337 @@
+"""Capture a whole DDP training step (forward, backward, optimizer step) in a CUDA graph.
+
+A small DDP model spends most of a step launching kernels from Python; replaying a
+captured graph launches the whole step at once. This module follows the "whole
+network capture" and "Usage with DistributedDataParallel" parts of PyTorch's CUDA
+graphs notes:
+
+* DDP is built on a side stream (:func:`wrap_ddp`), and DDP's async error handling
+  is off before the process group starts (:func:`prepare_process_group_env`; PyTorch
+  >= 2.1 also keeps graph-captured collectives away from the NCCL watchdog by itself).
+* at least 11 DDP-enabled eager iterations run on a side stream before capture;
+* gradients are set to ``None`` before capture, so the captured backward writes them
+  fresh on every replay instead of accumulating;
+* every new batch is ``copy_``-ed into static input/target tensors and the loss is
+  read from a static output;
+* Adam-style optimizers need ``capturable=True`` (set here when their state is
+  still empty).
+
+Warm-up runs real optimizer steps on the example batch; the model's parameters,
+buffers and optimizer state are put back afterwards, so the first real step starts
+from the state the caller handed in.
+
+On a CPU model, when graphs are not requested, or when capture fails, the helper
+runs the same step eagerly and says why in ``reason`` (logged once).
+
+torch is imported here and nowhere else in clusterkit. The module imports no other
+clusterkit module, so a trainer on a node without clusterkit installed can load it
+by file path (``importlib.util.spec_from_file_location``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+ENV_FLAG = "CLUSTERKIT_CUDA_GRAPHS"
+DDP_MIN_WARMUP = 11  # PyTorch's CUDA graphs notes: DDP needs 11 eager iterations first
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+LOG = logging.getLogger("cluster_kit.ddp")
+_LOGGED: set[str] = set()
+
+
+def graphs_requested(environ: dict[str, str] | None = None) -> bool:
+    """True when ``CLUSTERKIT_CUDA_GRAPHS=1`` is set."""
+    env = os.environ if environ is None else environ
+    return env.get(ENV_FLAG, "").strip() == "1"
+
+
+def prepare_process_group_env(enabled: bool | None = None) -> bool:
+    """Turn DDP's async NCCL error handling off before ``init_process_group``.
+
+    The CUDA graphs notes ask for this when collectives are captured. It only
+    applies when graphs are requested (``enabled``, else the environment flag)
+    and never overrides a value the user set. Returns whether graphs are wanted.
+    """
+    wanted = graphs_requested() if enabled is None else enabled
+    if wanted:
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0")
+    return wanted
+
+
+def module_device(module: nn.Module) -> torch.device:
+    """The device of a module's first parameter (CPU for a module without any)."""
+    for param in module.parameters():
+        return param.device
+    return torch.device("cpu")
+
+
+def wrap_ddp(module: nn.Module, **ddp_kwargs: Any) -> nn.Module:
+    """Wrap ``module`` in DistributedDataParallel, built on a side stream on a GPU.
+
+    Capturing the full backward pass needs DDP constructed in a side-stream
+    context. On the CPU this is plain ``DistributedDataParallel(module)``.
+    """
+    from torch.nn.parallel import DistributedDataParallel
+
+    device = module_device(module)
+    if device.type != "cuda":
+        return DistributedDataParallel(module, **ddp_kwargs)
+    ddp_kwargs.setdefault("device_ids", [device.index])
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        wrapped = DistributedDataParallel(module, **ddp_kwargs)
+    torch.cuda.current_stream(device).wait_stream(side)
+    return wrapped
+
+
+def _log_once(level: int, message: str) -> None:
+    if message not in _LOGGED:
+        _LOGGED.add(message)
+        LOG.log(level, message)
+
+
+def _is_ddp(model: nn.Module) -> bool:
+    from torch.nn.parallel import DistributedDataParallel
+
+    return isinstance(model, DistributedDataParallel)
+
+
+class _Snapshot:
+    """Model and optimizer state taken before warm-up, restored in place after it."""
+
+    # A plain class, not a dataclass: dataclasses need the module in sys.modules,
+    # which a trainer loading this file by path may not have done.
+    def __init__(
+        self, model: dict[str, torch.Tensor], optimizer: dict[int, dict[str, Any]]
+    ) -> None:
+        self.model = model
+        self.optimizer = optimizer
+
+    @classmethod
+    def take(cls, model: nn.Module, optimizer: torch.optim.Optimizer) -> _Snapshot:
+        weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        state = {
+            id(p): {
+                k: v.detach().clone() if torch.is_tensor(v) else v for k, v in s.items()
+            }
+            for p, s in optimizer.state.items()
+        }
+        return cls(weights, state)
+
+    def restore(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, keep_new_state: bool
+    ) -> None:
+        """Copy the saved values back into the live tensors.
+
+        State that warm-up created lazily is zeroed in place when a captured graph
+        points at it (``keep_new_state``): Adam's and momentum SGD's fresh state is
+        zeros. Otherwise it is dropped, so eager steps re-create it as usual.
+        """
+        with torch.no_grad():
+            for name, tensor in model.state_dict().items():
+                tensor.copy_(self.model[name])
+            for param in list(optimizer.state.keys()):
+                self._restore_param_state(optimizer, param, keep_new_state)
+
+    def _restore_param_state(
+        self, optimizer: torch.optim.Optimizer, param: Any, keep_new_state: bool
+    ) -> None:
+        live = optimizer.state[param]
+        saved = self.optimizer.get(id(param))
+        if saved is None and not keep_new_state:
+            del optimizer.state[param]
+            return
+        for key, value in live.items():
+            old = None if saved is None else saved.get(key)
+            if torch.is_tensor(value) and old is not None:
+                value.copy_(old)
+            elif torch.is_tensor(value):
+                value.zero_()
+            elif saved is not None and key in saved:
+                live[key] = old
+
+
+class GraphedStep:
+    """One DDP training step, replayed from a CUDA graph when it can be.
+
+    ``model`` is the (DDP-wrapped) module, ``optimizer`` steps its parameters,
+    ``loss_fn(output, targets)`` returns a scalar loss, and ``example_batch`` is an
+    ``(inputs, targets)`` pair with the shapes and dtypes of every later batch (a
+    graph replays fixed shapes: drop or pad a short last batch). ``warmup`` eager
+    iterations run before capture (at least 11 for DDP).
+
+    After construction ``graphed`` says whether steps replay a graph and
+    ``reason`` why not (None when graphed).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        loss_fn: LossFn,
+        example_batch: Batch,
+        warmup: int = DDP_MIN_WARMUP,
+        enabled: bool = True,
+    ) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.loss_fn = loss_fn
+        self.warmup = warmup
+        self.device = module_device(model)
+        self.graphed = False
+        self.reason: str | None = None
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._static_inputs: torch.Tensor | None = None
+        self._static_targets: torch.Tensor | None = None
+        self._static_loss: torch.Tensor | None = None
+        self._check_warmup()
+        self.reason = self._why_not_graphed(enabled)
+        if self.reason is None:
+            self._capture_or_fall_back(example_batch)
+        elif enabled:
+            _log_once(
+                logging.WARNING,
+                f"CUDA graphs off, training steps run eagerly: {self.reason}",
+            )
+
+    def _check_warmup(self) -> None:
+        if self.warmup < 1:
+            raise ValueError("warmup must be at least 1 iteration")
+        if _is_ddp(self.model) and self.warmup < DDP_MIN_WARMUP:
+            raise ValueError(
+                f"DDP needs at least {DDP_MIN_WARMUP} eager warm-up iterations before "
+                f"capture (got warmup={self.warmup}); use warmup={DDP_MIN_WARMUP}"
+            )
+
+    def _why_not_graphed(self, enabled: bool) -> str | None:
+        if not enabled:
+            return f"CUDA graphs not requested ({ENV_FLAG} is not 1)"
+        if not torch.cuda.is_available():
+            return "CUDA is not available"
+        if self.device.type != "cuda":
+            return f"the model is on {self.device}, not on a CUDA device"
+        return None
+
+    def _capture_or_fall_back(self, example_batch: Batch) -> None:
+        snapshot = _Snapshot.take(self.model, self.optimizer)
+        error: str | None = None
+        try:
+            self._prepare_optimizer()
+            self._capture(example_batch)
+        except Exception as exc:  # noqa: BLE001 - any capture failure means: run eagerly
+            error = f"capture failed: {type(exc).__name__}: {exc}".strip()
+        ok = _all_ranks_agree(error is None, self.device)
+        if ok:
+            self.graphed = True
+        else:
+            self._graph = None
+            self.reason = error or "capture failed on another rank"
+            _log_once(
+                logging.WARNING,
+                f"CUDA graphs off, training steps run eagerly: {self.reason}",
+            )
+        snapshot.restore(self.model, self.optimizer, keep_new_state=self.graphed)
+        torch.cuda.synchronize(self.device)
+
+    def _prepare_optimizer(self) -> None:
+        """Adam-style optimizers keep their step count on the GPU only when capturable."""
+        for group in self.optimizer.param_groups:
+            if "capturable" in group and not group["capturable"]:
+                if self.optimizer.state:
+                    raise RuntimeError(
+                        "the optimizer has state and capturable=False; create it with "
+                        "capturable=True (e.g. AdamW(..., capturable=True))"
+                    )
+                group["capturable"] = True
+
+    def _capture(self, example_batch: Batch) -> None:
+        inputs, targets = example_batch
+        self._static_inputs = inputs.detach().to(self.device, copy=True)
+        self._static_targets = targets.detach().to(self.device, copy=True)
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(self.warmup):
+                self.optimizer.zero_grad(set_to_none=True)
+                self._forward_backward_update(self._static_inputs, self._static_targets)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        # Grads must be None so that the captured backward allocates and writes them.
+        self.optimizer.zero_grad(set_to_none=True)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=side):
+            self._static_loss = self._forward_backward_update(
+                self._static_inputs, self._static_targets
+            )
+        self._graph = graph
+
+    def _forward_backward_update(
+        self, inputs: torch.Tensor, targets: torch.Tensor
+    ) -> torch.Tensor:
+        loss = self.loss_fn(self.model(inputs), targets)
+        loss.backward()
+        self.optimizer.step()
+        return loss.detach()
+
+    def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Run one training step on this batch and return its loss (a new tensor)."""
+        if not self.graphed:
+            self.optimizer.zero_grad(set_to_none=True)
+            return self._forward_backward_update(inputs, targets)
+        assert self._graph is not None and self._static_loss is not None
+        self._copy_batch(inputs, targets)
+        self._graph.replay()
+        return self._static_loss.clone()
+
+    __call__ = step
+
+    def _copy_batch(self, inputs: torch.Tensor, targets: torch.Tensor) -> None:
+        assert self._static_inputs is not None and self._static_targets is not None
+        for name, new, static in (
+            ("inputs", inputs, self._static_inputs),
+            ("targets", targets, self._static_targets),
+        ):
+            if new.shape != static.shape:
+                raise ValueError(
+                    f"{name} shape {tuple(new.shape)} differs from the captured "
+                    f"{tuple(static.shape)}; a CUDA graph replays fixed shapes "
+                    "(use drop_last=True or pad the last batch)"
+                )
+            static.copy_(new, non_blocking=True)
+
+
+def _all_ranks_agree(ok: bool, device: torch.device) -> bool:
+    """True only if every rank captured: ranks must all replay or all run eagerly."""
+    if (
+        not (dist.is_available() and dist.is_initialized())
+        or dist.get_world_size() == 1
+    ):
+        return ok
+    flag = torch.tensor([1 if ok else 0], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
+
+
+def build_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: LossFn,
+    example_batch: Batch,
+    warmup: int = DDP_MIN_WARMUP,
+    enabled: bool | None = None,
+) -> GraphedStep:
+    """A training step, graphed when ``enabled`` (default: ``CLUSTERKIT_CUDA_GRAPHS=1``)."""
+    wanted = graphs_requested() if enabled is None else enabled
+    return GraphedStep(
+        model, optimizer, loss_fn, example_batch, warmup=warmup, enabled=wanted
+    )
