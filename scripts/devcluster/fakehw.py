@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""Build the fake hardware view of the dev cluster's namespaced nodes.
+
+Each node gets `$DIR/nodes/<node>/` with:
+  class/         bind-mounted over /sys/class in the node's namespace
+                 (infiniband/<hca>/... and net/<if>/... as the kernel lays them out)
+  module/        bind-mounted over /sys/module (nvidia, nvidia_peermem, mlx5_*, ib_*)
+  proc_modules   bind-mounted over /proc/modules (what lsmod reads)
+  gpus.csv       what the stand-in nvidia-smi reports (real `--format=csv` output)
+  cuda_version   the CUDA version in nvidia-smi's banner
+  bin/nvidia-smi the stand-in itself (sshd puts bin/ first on PATH)
+
+The directories and proc_modules are rewritten in place, never replaced, because
+the node's namespace holds bind mounts on them: a test edits these files from
+outside and the node sees the change at once.
+
+Usage: fakehw.py --dir DIR build NODE...   |   fakehw.py list
+"""
+
+import argparse
+import hashlib
+import os
+import shutil
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# The kernel's gid tables have 128 (IB) or 255 (RoCE) entries; a short table keeps
+# the tree small while still showing zero (unpopulated) entries after the real ones.
+GID_TABLE_LEN = 16
+ZERO_GID = ":".join(["0000"] * 8)
+
+DRIVER = "550.54.15"
+CUDA = "12.4"
+H100 = ("NVIDIA H100 80GB HBM3", "81559 MiB")
+PCI_BUS_IDS = ["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"]
+
+PORT_ACTIVE_NDR = {"state": "4: ACTIVE", "phys_state": "5: LinkUp",
+                   "rate": "400 Gb/sec (4X NDR)"}
+# What an mlx5 port without a link reports: the rate falls back to the lowest speed.
+PORT_DOWN = {"state": "1: DOWN", "phys_state": "2: Polling",
+             "rate": "10 Gb/sec (4X SDR)"}
+
+
+def ib_node(hcas, gpus, peermem=True, down=()):
+    """A node with `hcas` InfiniBand HCAs (mlx5_0..), port 1 of those in `down` DOWN."""
+    ports = []
+    for i in range(hcas):
+        port = dict(PORT_DOWN if "mlx5_%d" % i in down else PORT_ACTIVE_NDR)
+        port["link_layer"] = "InfiniBand"
+        ports.append(port)
+    return {"fabric": "ib", "ports": ports, "gpus": gpus, "peermem": peermem}
+
+
+def roce_node(gid3_is_v2=True):
+    """A RoCE node: mlx5_0/mlx5_1 on eth0/eth1; GID 3 is RoCE v2 unless told otherwise."""
+    ports = []
+    for _ in range(2):
+        port = dict(PORT_ACTIVE_NDR)
+        port["link_layer"] = "Ethernet"
+        ports.append(port)
+    # Index -> type of the four populated entries (link-local and IPv4-mapped, v1 and v2).
+    if gid3_is_v2:
+        types = ["IB/RoCE v1", "RoCE v2", "IB/RoCE v1", "RoCE v2"]
+    else:
+        types = ["IB/RoCE v1", "RoCE v2", "RoCE v2", "IB/RoCE v1"]
+    return {"fabric": "roce", "ports": ports, "gpus": 8, "peermem": True,
+            "gid_types": types}
+
+
+# Order matters: a node's position makes its GUIDs, MACs and LIDs unique.
+SPECS = {
+    "n1": ib_node(2, 4),
+    "n2": ib_node(2, 4),
+    "ib-ok": ib_node(4, 8),
+    "roce-ok": roce_node(),
+    "ib-portdown": ib_node(4, 8, down=("mlx5_3",)),
+    "ib-nohca": ib_node(3, 8),
+    "roce-v1": roce_node(gid3_is_v2=False),
+    "ib-nopeermem": ib_node(4, 8, peermem=False),
+}
+
+
+def write(path, text):
+    """Write one sysfs-style file (a value and a newline), creating parents."""
+    parent = os.path.dirname(path)
+    if not os.path.isdir(parent):
+        os.makedirs(parent)
+    with open(path, "w") as handle:
+        handle.write(text + "\n")
+
+
+def clear_dir(path):
+    """Empty `path` but keep the directory itself: a bind mount may sit on it."""
+    if not os.path.isdir(path):
+        os.makedirs(path)
+        return
+    for name in os.listdir(path):
+        child = os.path.join(path, name)
+        if os.path.isdir(child) and not os.path.islink(child):
+            shutil.rmtree(child)
+        else:
+            os.unlink(child)
+
+
+def guid(node_index, hca_index):
+    """A node GUID in the kernel's format: four colon-separated 16-bit groups."""
+    return "b83f:d203:00%02x:%04x" % (node_index, 0xa000 + hca_index)
+
+
+def mac(node_index, if_index):
+    return "b8:3f:d2:%02x:%02x:10" % (node_index, if_index)
+
+
+def eui64_from_mac(address):
+    """The interface id part of a link-local GID, derived from a MAC (RFC 4291)."""
+    octets = [int(part, 16) for part in address.split(":")]
+    octets = [octets[0] ^ 0x02] + octets[1:3] + [0xff, 0xfe] + octets[3:]
+    return ["%02x%02x" % (octets[i], octets[i + 1]) for i in range(0, 8, 2)]
+
+
+def ipv4_mapped_gid(node_index, if_index):
+    """The GID RoCE derives from the netdev's IPv4 address 10.<if+1>.0.<node+1>."""
+    return "0000:0000:0000:0000:0000:ffff:0a%02x:00%02x" % (if_index + 1, node_index + 1)
+
+
+def gid_table(spec, node_index, hca_index):
+    """Return (gids, types, ndevs) for port 1 of one HCA; unpopulated entries are zero."""
+    gids = [ZERO_GID] * GID_TABLE_LEN
+    if spec["fabric"] == "ib":
+        gids[0] = "fe80:0000:0000:0000:" + guid(node_index, hca_index)
+        return gids, {0: "IB/RoCE v1"}, {}
+    link_local = ":".join(["fe80", "0000", "0000", "0000"]
+                          + eui64_from_mac(mac(node_index, hca_index)))
+    mapped = ipv4_mapped_gid(node_index, hca_index)
+    netdev = "eth%d" % hca_index
+    for index, value in enumerate([link_local, link_local, mapped, mapped]):
+        gids[index] = value
+    types = dict(enumerate(spec["gid_types"]))
+    return gids, types, {index: netdev for index in types}
+
+
+def build_infiniband(root, spec, node, node_index):
+    """Lay out /sys/class/infiniband/<hca>/... for every HCA of the node."""
+    for hca_index, port in enumerate(spec["ports"]):
+        hca = os.path.join(root, "mlx5_%d" % hca_index)
+        write(os.path.join(hca, "fw_ver"), "28.39.1002")
+        write(os.path.join(hca, "node_guid"), guid(node_index, hca_index))
+        write(os.path.join(hca, "sys_image_guid"), guid(node_index, 0))
+        write(os.path.join(hca, "board_id"), "MT_0000000838")
+        write(os.path.join(hca, "hca_type"), "MT4129")
+        write(os.path.join(hca, "hw_rev"), "0x0")
+        write(os.path.join(hca, "node_type"), "1: CA")
+        write(os.path.join(hca, "node_desc"), "%s mlx5_%d" % (node, hca_index))
+        build_port(os.path.join(hca, "ports", "1"), spec, port, node_index, hca_index)
+
+
+def build_port(root, spec, port, node_index, hca_index):
+    is_ib = spec["fabric"] == "ib"
+    for name in ("state", "phys_state", "rate", "link_layer"):
+        write(os.path.join(root, name), port[name])
+    write(os.path.join(root, "lid"), "0x%x" % (node_index * 16 + hca_index + 1) if is_ib else "0x0")
+    write(os.path.join(root, "sm_lid"), "0x1" if is_ib else "0x0")
+    write(os.path.join(root, "lid_mask_count"), "0")
+    write(os.path.join(root, "sm_sl"), "0")
+    write(os.path.join(root, "cap_mask"), "0xa751e848" if is_ib else "0x04010000")
+    write(os.path.join(root, "pkeys", "0"), "0xffff")
+    gids, types, ndevs = gid_table(spec, node_index, hca_index)
+    for index, value in enumerate(gids):
+        write(os.path.join(root, "gids", str(index)), value)
+    # The kernel answers EINVAL when reading types/ndevs of an unpopulated entry;
+    # here such files do not exist. A probe must treat both the same way.
+    for index, value in types.items():
+        write(os.path.join(root, "gid_attrs", "types", str(index)), value)
+    for index, value in ndevs.items():
+        write(os.path.join(root, "gid_attrs", "ndevs", str(index)), value)
+    if not ndevs:
+        os.makedirs(os.path.join(root, "gid_attrs", "ndevs"))
+
+
+def build_net(root, spec, node_index):
+    """Lay out /sys/class/net/<if>/... : lo, eth0 and the fabric's interfaces."""
+    ifaces = [("lo", {"operstate": "unknown", "mtu": "65536", "carrier": "1", "type": "772",
+                      "flags": "0x9", "address": "00:00:00:00:00:00"})]
+    eth_mtu = "9000" if spec["fabric"] == "roce" else "1500"
+    eth_count = 2 if spec["fabric"] == "roce" else 1
+    for i in range(eth_count):
+        ifaces.append(("eth%d" % i, {"operstate": "up", "mtu": eth_mtu, "carrier": "1",
+                                     "type": "1", "flags": "0x1003",
+                                     "address": mac(node_index, i)}))
+    if spec["fabric"] == "ib":
+        for i, port in enumerate(spec["ports"]):
+            up = port["state"].endswith("ACTIVE")
+            address = "00:00:10:87:fe:80:00:00:00:00:00:00:" + ":".join(
+                group[j:j + 2] for group in guid(node_index, i).split(":") for j in (0, 2))
+            ifaces.append(("ib%d" % i, {"operstate": "up" if up else "down", "mtu": "4092",
+                                        "carrier": "1" if up else "0", "type": "32",
+                                        "flags": "0x1003", "address": address}))
+    for ifindex, (name, attrs) in enumerate(ifaces, start=1):
+        attrs["ifindex"] = str(ifindex)
+        for key, value in attrs.items():
+            write(os.path.join(root, name, key), value)
+
+
+# name, size, dependants (modules using it); shown only when the node loads it.
+MODULES = [
+    ("nvidia_peermem", 16384, []),
+    ("nvidia_uvm", 1536000, []),
+    ("nvidia", 54013952, ["nvidia_peermem", "nvidia_uvm"]),
+    ("mlx5_ib", 466944, []),
+    ("ib_uverbs", 163840, ["nvidia_peermem", "mlx5_ib"]),
+    ("ib_core", 430080, ["ib_uverbs", "mlx5_ib"]),
+    ("mlx5_core", 2039808, ["mlx5_ib"]),
+]
+
+
+def build_modules(root, proc_modules, spec):
+    """/sys/module/<name>/ entries and the matching /proc/modules lines."""
+    loaded = [m for m in MODULES if spec["peermem"] or m[0] != "nvidia_peermem"]
+    names = set(m[0] for m in loaded)
+    lines = []
+    for name, size, users in loaded:
+        users = [u for u in users if u in names]
+        write(os.path.join(root, name, "initstate"), "live")
+        write(os.path.join(root, name, "refcnt"), str(len(users)))
+        deps = "".join(u + "," for u in users) or "-"
+        taint = " (OE)" if name.startswith("nvidia") else ""
+        lines.append("%s %d %d %s Live 0x0000000000000000%s" % (name, size, len(users), deps, taint))
+    write(os.path.join(root, "nvidia", "version"), DRIVER)
+    with open(proc_modules, "w") as handle:
+        handle.write("\n".join(lines) + "\n")
+
+
+def gpu_uuid(node, index):
+    digest = hashlib.sha1(("%s/%d" % (node, index)).encode()).hexdigest()
+    return "GPU-%s-%s-%s-%s-%s" % (digest[:8], digest[8:12], digest[12:16],
+                                   digest[16:20], digest[20:32])
+
+
+def gpus_csv(node, count):
+    """What `nvidia-smi --query-gpu=... --format=csv` prints for the node's GPUs."""
+    rows = ["index, name, uuid, driver_version, memory.total [MiB], pci.bus_id"]
+    for i in range(count):
+        rows.append("%d, %s, %s, %s, %s, 00000000:%s:00.0"
+                    % (i, H100[0], gpu_uuid(node, i), DRIVER, H100[1], PCI_BUS_IDS[i]))
+    return "\n".join(rows)
+
+
+def build_node(base, node):
+    """(Re)build one node's directory in place; returns the node directory."""
+    spec = SPECS[node]
+    node_index = list(SPECS).index(node)
+    node_dir = os.path.join(base, "nodes", node)
+    class_dir = os.path.join(node_dir, "class")
+    module_dir = os.path.join(node_dir, "module")
+    clear_dir(class_dir)
+    clear_dir(module_dir)
+    build_infiniband(os.path.join(class_dir, "infiniband"), spec, node, node_index)
+    build_net(os.path.join(class_dir, "net"), spec, node_index)
+    build_modules(module_dir, os.path.join(node_dir, "proc_modules"), spec)
+    write(os.path.join(node_dir, "gpus.csv"), gpus_csv(node, spec["gpus"]))
+    write(os.path.join(node_dir, "cuda_version"), CUDA)
+    bin_dir = os.path.join(node_dir, "bin")
+    if not os.path.isdir(bin_dir):
+        os.makedirs(bin_dir)
+    target = os.path.join(bin_dir, "nvidia-smi")
+    shutil.copyfile(os.path.join(HERE, "nvidia_smi.py"), target)
+    os.chmod(target, 0o755)
+    return node_dir
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", help="the dev cluster's state directory")
+    sub = parser.add_subparsers(dest="command")
+    build = sub.add_parser("build", help="(re)build nodes' fake hardware in place")
+    build.add_argument("nodes", nargs="+", choices=sorted(SPECS))
+    sub.add_parser("list", help="print the nodes that have a hardware spec")
+    args = parser.parse_args(argv)
+    os.umask(0o022)
+    if args.command == "list":
+        print("\n".join(SPECS))
+    elif args.command == "build":
+        if not args.dir:
+            parser.error("build needs --dir")
+        for node in args.nodes:
+            build_node(os.path.abspath(args.dir), node)
+    else:
+        parser.error("give a command: build or list")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Stand-in nvidia-smi for the dev cluster's fake nodes.
+
+Installed as `$DIR/nodes/<node>/bin/nvidia-smi`; it answers from `../gpus.csv`
+(real `nvidia-smi --query-gpu=... --format=csv` output, header included) and
+`../cuda_version`. Supported: `--query-gpu=FIELDS --format=csv[,noheader][,nounits]`
+(any subset and order of the CSV's fields, plus `count`), `-i/--id`, `-L`, and the
+plain banner. Without gpus.csv it fails like a node whose driver is not loaded.
+Kept to Python 3.6 syntax like the probe.
+"""
+
+import os
+import sys
+
+NODE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CSV_PATH = os.path.join(NODE_DIR, "gpus.csv")
+
+# Names nvidia-smi accepts for the same property.
+ALIASES = {"gpu_name": "name", "gpu_uuid": "uuid", "gpu_bus_id": "pci.bus_id"}
+# Valid nvidia-smi fields this stand-in has no data for: answered "[N/A]".
+KNOWN_FIELDS = {"serial", "compute_cap", "memory.used", "memory.free", "temperature.gpu",
+                "utilization.gpu", "utilization.memory", "power.draw", "pstate",
+                "persistence_mode", "vbios_version", "pci.device_id", "gpu_serial"}
+
+NO_DRIVER = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
+             "driver. Make sure that the latest NVIDIA driver is installed and running.")
+
+
+def split_row(line):
+    return [cell.strip() for cell in line.split(", ")]
+
+
+def load_gpus():
+    """Return (header, rows): header is [(field, unit or None)], rows are dicts."""
+    with open(CSV_PATH) as handle:
+        lines = [line.rstrip("\n") for line in handle if line.strip()]
+    header = []
+    for cell in split_row(lines[0]):
+        field, _, unit = cell.partition(" [")
+        header.append((field, unit.rstrip("]") or None))
+    rows = [dict(zip([f for f, _ in header], split_row(line))) for line in lines[1:]]
+    return header, rows
+
+
+def read_cuda_version():
+    try:
+        with open(os.path.join(NODE_DIR, "cuda_version")) as handle:
+            return handle.read().strip()
+    except OSError:
+        return "N/A"
+
+
+def parse_args(argv):
+    """Return {option: value} for the options this stand-in understands."""
+    options = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name, eq, value = arg.partition("=")
+        if name in ("--query-gpu", "--format", "--id", "-i") and not eq:
+            if i + 1 >= len(argv):
+                fail("Option %s requires a value." % name)
+            value = argv[i + 1]
+            i += 1
+        if name == "-i":
+            name = "--id"
+        elif name == "--list-gpus":
+            name = "-L"
+        options[name] = value
+        i += 1
+    return options
+
+
+def fail(message, code=2):
+    sys.stdout.write(message + "\n")
+    sys.exit(code)
+
+
+def select(rows, ids):
+    if ids is None:
+        return rows
+    wanted = set(part.strip() for part in ids.split(","))
+    chosen = [r for r in rows if r.get("index") in wanted or r.get("uuid") in wanted
+              or r.get("pci.bus_id") in wanted]
+    if not chosen:
+        fail("No devices were found", 6)
+    return chosen
+
+
+def query(options, header, rows):
+    fmt = options.get("--format")
+    if fmt is None:
+        fail('"--format" must be specified when using "--query-gpu".')
+    flags = [part.strip() for part in fmt.split(",")]
+    if flags[0] != "csv" or not set(flags[1:]) <= {"noheader", "nounits"}:
+        fail('"%s" is not a valid format.' % fmt)
+    units = dict(header)
+    fields = [f.strip() for f in options["--query-gpu"].split(",") if f.strip()]
+    out = []
+    if "noheader" not in flags:
+        out.append(", ".join(f + (" [%s]" % units[ALIASES.get(f, f)]
+                                  if units.get(ALIASES.get(f, f)) else "") for f in fields))
+    for row in rows:
+        out.append(", ".join(value_of(f, row, units, len(rows), "nounits" in flags)
+                             for f in fields))
+    sys.stdout.write("".join(line + "\n" for line in out))
+
+
+def value_of(field, row, units, count, nounits):
+    name = ALIASES.get(field, field)
+    if name == "count":
+        return str(count)
+    if name in row:
+        value = row[name]
+        unit = units.get(name)
+        if nounits and unit and value.endswith(" " + unit):
+            value = value[:-len(unit) - 1]
+        return value
+    if name in KNOWN_FIELDS:
+        return "[N/A]"
+    fail('Field "%s" is not a valid field to query.' % field)
+    return ""
+
+
+def banner(rows):
+    driver = rows[0].get("driver_version", "N/A") if rows else "N/A"
+    cuda = read_cuda_version()
+    rule = "+" + "-" * 89 + "+"
+    lines = [rule,
+             "| NVIDIA-SMI %-22s Driver Version: %-14s CUDA Version: %-9s|"
+             % (driver, driver, cuda),
+             rule]
+    for row in rows:
+        lines.append("| %3s  %-40s %-20s %-18s |" % (row.get("index", "?"), row.get("name", "?"),
+                                                     row.get("pci.bus_id", "?"),
+                                                     row.get("memory.total", "?")))
+    lines.append(rule)
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
+def main(argv):
+    options = parse_args(argv)
+    if not os.path.exists(CSV_PATH):
+        fail(NO_DRIVER, 9)
+    header, rows = load_gpus()
+    rows = select(rows, options.get("--id"))
+    if "--query-gpu" in options:
+        query(options, header, rows)
+    elif "-L" in options:
+        for row in rows:
+            sys.stdout.write("GPU %s: %s (UUID: %s)\n" % (row.get("index"), row.get("name"),
+                                                        row.get("uuid")))
+    else:
+        banner(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
