@@ -1,0 +1,821 @@
+"""Run one command on one host or on hundreds over SSH; the only module importing paramiko.
+
+Hosts resolve through ssh_config as OpenSSH does (`sshconfig.py`), host keys are
+checked against known_hosts with the profile's policy (`known_hosts.py`), auth is
+by keys only (identity files, then ssh-agent), and every step has a deadline: a
+host that never answers comes back as an error, never as a hang. `fan_out`
+returns one `HostResult` per host, in the order given, and never raises for a
+host's failure.
+"""
+from __future__ import annotations
+
+import getpass
+import logging
+import os
+import queue
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+
+import paramiko
+from paramiko.ssh_exception import IncompatiblePeer
+
+from cluster_kit.errors import ClusterRefused, InputError
+from cluster_kit.known_hosts import KnownHosts, describe_key, problem_message
+from cluster_kit.sshconfig import Endpoint, Hop, SshSettings, resolve_endpoint
+
+__all__ = ["HostResult", "SshConnectError", "SshSession", "SshSettings", "fan_out",
+           "open_client", "run"]
+
+# paramiko logs every failed handshake at ERROR; without a handler, Python would
+# print those to stderr. clusterkit reports failures itself, one line per host.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+GRACE_S = 2.0
+READ_CHUNK = 65536
+MAX_JUMP_DEPTH = 8
+HOST_KEY_ALGORITHMS = {"ssh-rsa": ("rsa-sha2-512", "rsa-sha2-256")}
+
+
+@dataclass(frozen=True)
+class HostResult:
+    """What one host did: exit status and output, or a one-line error.
+
+    `error` is None whenever the command ran to completion (then `exit_status`
+    is its status); `ok` means that and status 0.
+    """
+
+    host: str
+    ok: bool
+    exit_status: int | None
+    stdout: str
+    stderr: str
+    error: str | None
+    elapsed_s: float
+
+    @property
+    def reached(self) -> bool:
+        """True when SSH connected, authenticated and the command finished."""
+        return self.error is None
+
+
+class SshConnectError(ClusterRefused):
+    """The login host could not be reached over SSH (exit 3)."""
+
+    def __init__(self, host: str, reason: str) -> None:
+        super().__init__(f"cannot reach {host} over SSH: {reason}",
+                         fix=f"check that `ssh {host}` works with the profile's settings")
+        self.host = host
+        self.reason = reason
+
+
+class _HostError(Exception):
+    """A host failed in a way worth one line: the message is that line."""
+
+
+class _CommandTimeout(_HostError):
+    """The command outran command_timeout; keeps what it printed so far."""
+
+    def __init__(self, timeout: float, out: bytes, err: bytes) -> None:
+        super().__init__(f"no answer within {timeout:g}s: the command was still running "
+                         "(command_timeout)")
+        self.out = out
+        self.err = err
+
+
+# ----------------------------------------------------------------------------
+# Deadlines
+
+
+class _Attempt:
+    """One host's try: the phase it is in, its overall deadline, and what to
+    close when that deadline passes (closing unblocks any paramiko wait)."""
+
+    def __init__(self, budget: float) -> None:
+        self.started = time.monotonic()
+        self.budget = budget
+        self.phase = "resolving the host"
+        self.aborted = False
+        self._held: list[object] = []
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+
+    @property
+    def deadline(self) -> float:
+        return self.started + self.budget
+
+    def remaining(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def arm(self, budget: float) -> None:
+        """Start the watchdog that aborts this attempt after `budget` seconds."""
+        self.budget = budget
+        self._timer = threading.Timer(self.remaining(), self.abort)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def hold(self, resource: object) -> None:
+        with self._lock:
+            self._held.append(resource)
+        if self.aborted:
+            _close_quietly(resource)
+
+    def release(self, resource: object) -> None:
+        with self._lock:
+            if resource in self._held:
+                self._held.remove(resource)
+
+    def abort(self) -> None:
+        with self._lock:
+            self.aborted = True
+            held = list(self._held)
+        for resource in held:
+            _close_quietly(resource)
+
+    def overrun_message(self) -> str:
+        return f"no answer within {self.budget:g}s (overall deadline, while {self.phase})"
+
+
+def _close_quietly(resource: object) -> None:
+    # closing on the way out must not mask the real error
+    with suppress(OSError, EOFError, paramiko.SSHException):
+        resource.close()  # type: ignore[attr-defined]
+
+
+def _budget(endpoint: Endpoint, settings: SshSettings) -> float:
+    """Overall per-host deadline: connect + auth per hop, then the command."""
+    hops = 1 + len(endpoint.proxy_jump)
+    return 2 * endpoint.connect_timeout * hops + settings.command_timeout + GRACE_S
+
+
+# ----------------------------------------------------------------------------
+# Shared state of one run / fan-out
+
+_CONFIG_CACHE: dict[str, tuple[tuple[int, int], paramiko.SSHConfig]] = {}
+_CONFIG_LOCK = threading.Lock()
+
+
+def _load_ssh_config(path: str | None) -> paramiko.SSHConfig:
+    """The parsed ssh_config (empty if absent), parsed once while unchanged."""
+    if not path:
+        return paramiko.SSHConfig()
+    path = os.path.expanduser(path)
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return paramiko.SSHConfig()
+    signature = (stat.st_mtime_ns, stat.st_size)
+    with _CONFIG_LOCK:
+        cached = _CONFIG_CACHE.get(path)
+        if cached and cached[0] == signature:
+            return cached[1]
+        try:
+            config = paramiko.SSHConfig.from_path(path)
+        except (OSError, paramiko.SSHException, ValueError) as exc:
+            raise InputError(f"cannot read ssh config {path}: {exc}") from None
+        _CONFIG_CACHE[path] = (signature, config)
+        return config
+
+
+class _Context:
+    """What every host of one call shares: settings, parsed ssh_config, jump hosts."""
+
+    def __init__(self, settings: SshSettings) -> None:
+        self.settings = settings
+        self.ssh_config = _load_ssh_config(settings.config_file)
+        self.local_user = getpass.getuser()
+        self.jumps = _JumpPool(self)
+
+    def endpoint(self, name: str, hop: Hop | None = None) -> Endpoint:
+        options = self.ssh_config.lookup(name)
+        return resolve_endpoint(name, options, self.settings, self.local_user, hop)
+
+    def close(self) -> None:
+        self.jumps.close()
+
+
+# ----------------------------------------------------------------------------
+# Connecting: TCP (or a jump host's channel), handshake, host key, auth
+
+
+def _connect(ctx: _Context, endpoint: Endpoint, attempt: _Attempt,
+             via: paramiko.Transport | None) -> paramiko.Transport:
+    """An authenticated transport to `endpoint`, held by `attempt`."""
+    connect_deadline = time.monotonic() + endpoint.connect_timeout
+    attempt.phase = f"connecting to {endpoint.address}"
+    sock: socket.socket | paramiko.Channel
+    if via is not None:
+        sock = _open_forwarded(via, endpoint, connect_deadline)
+    else:
+        sock = _open_socket(endpoint, connect_deadline)
+    attempt.hold(sock)
+    known = KnownHosts(endpoint.user_known_hosts, endpoint.global_known_hosts)
+    transport = _handshake(sock, endpoint, known, connect_deadline, attempt)
+    try:
+        _verify_host_key(transport, endpoint, known, ctx.settings.host_key_policy)
+        attempt.phase = f"authenticating as {endpoint.user}"
+        _authenticate(transport, endpoint, time.monotonic() + endpoint.connect_timeout)
+    except BaseException:
+        transport.close()
+        raise
+    return transport
+
+
+def _open_socket(endpoint: Endpoint, deadline: float) -> socket.socket:
+    """A connected TCP socket, trying each address until `deadline`."""
+    try:
+        addresses = socket.getaddrinfo(endpoint.hostname, endpoint.port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise _HostError(f"hostname does not resolve ({endpoint.hostname}: {exc.strerror})") from None
+    failure: OSError | None = None
+    for family, kind, proto, _, address in addresses:
+        sock = socket.socket(family, kind, proto)
+        sock.settimeout(max(0.05, deadline - time.monotonic()))
+        try:
+            sock.connect(address)
+        except OSError as exc:
+            sock.close()
+            failure = exc
+            continue
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+    raise _HostError(_socket_failure(failure, endpoint))
+
+
+def _socket_failure(exc: OSError | None, endpoint: Endpoint) -> str:
+    """One line for a failed TCP connect."""
+    if isinstance(exc, ConnectionRefusedError):
+        return f"connection refused ({endpoint.address})"
+    if isinstance(exc, socket.timeout):
+        return f"timed out connecting ({endpoint.address}, {endpoint.connect_timeout:g}s)"
+    if exc is not None and exc.errno in (113, 101, 65, 51):  # EHOSTUNREACH/ENETUNREACH
+        return f"no route to host ({endpoint.address})"
+    reason = exc.strerror if exc is not None and exc.strerror else str(exc)
+    return f"cannot connect to {endpoint.address}: {reason}"
+
+
+def _open_forwarded(via: paramiko.Transport, endpoint: Endpoint, deadline: float) -> paramiko.Channel:
+    """A direct-tcpip channel from the jump host to the endpoint (ssh -W)."""
+    timeout = max(0.05, deadline - time.monotonic())
+    try:
+        return via.open_channel("direct-tcpip", (endpoint.hostname, endpoint.port),
+                                ("127.0.0.1", 0), timeout=timeout)
+    except paramiko.ChannelException as exc:
+        raise _HostError(_forward_failure(exc.code, exc.text, endpoint)) from None
+    except (paramiko.SSHException, EOFError, OSError) as exc:
+        if "Timeout" in str(exc):
+            raise _HostError(f"timed out connecting ({endpoint.address} via the jump host, "
+                             f"{endpoint.connect_timeout:g}s)") from None
+        raise _HostError(f"jump host connection lost: {_one_line(exc)}") from None
+
+
+def _forward_failure(code: int, text: str, endpoint: Endpoint) -> str:
+    """One line for a jump host's refusal to open a channel to the endpoint."""
+    where = f"{endpoint.address}, via the jump host"
+    lowered = text.lower()
+    if "refused" in lowered:
+        return f"connection refused ({where})"
+    if "timed out" in lowered:
+        return f"timed out connecting ({where})"
+    if "name" in lowered or "resolve" in lowered or "getaddrinfo" in lowered:
+        return f"hostname does not resolve ({endpoint.hostname}, on the jump host)"
+    if code == 1:
+        return f"the jump host does not allow forwarding to {endpoint.address} (AllowTcpForwarding?)"
+    return f"cannot connect to {where}: {text or f'channel open failure {code}'}"
+
+
+def _handshake(sock: socket.socket | paramiko.Channel, endpoint: Endpoint, known: KnownHosts, deadline: float,
+               attempt: _Attempt) -> paramiko.Transport:
+    """SSH banner and key exchange, finished by `deadline` or an error."""
+    attempt.phase = f"waiting for the SSH handshake of {endpoint.address}"
+    transport = paramiko.Transport(sock)
+    attempt.hold(transport)
+    remaining = max(0.05, deadline - time.monotonic())
+    # paramiko's own banner timeout only as a backstop behind our deadline
+    transport.banner_timeout = transport.handshake_timeout = remaining + 1
+    _prefer_known_key_types(transport, known.key_types(endpoint.host_key_name))
+    done = threading.Event()
+    transport.start_client(event=done)
+    if not done.wait(remaining):
+        transport.close()
+        raise _HostError(f"no answer within {endpoint.connect_timeout:g}s "
+                         f"({endpoint.address} accepted TCP but sent no SSH handshake)")
+    if not transport.is_active():
+        failure = transport.get_exception()
+        transport.close()
+        raise _HostError(_handshake_failure(failure, endpoint))
+    return transport
+
+
+def _prefer_known_key_types(transport: paramiko.Transport, known_types: list[str]) -> None:
+    """Ask for a key type known_hosts has for the host first, as OpenSSH does;
+    otherwise a host with a known RSA key would offer ed25519 and look changed."""
+    if not known_types:
+        return
+    options = transport.get_security_options()
+    available = list(options.key_types)
+    wanted = [alg for kind in known_types for alg in HOST_KEY_ALGORITHMS.get(kind, (kind,))]
+    first = [alg for alg in dict.fromkeys(wanted) if alg in available]
+    options.key_types = first + [alg for alg in available if alg not in first]
+
+
+def _handshake_failure(exc: BaseException | None, endpoint: Endpoint) -> str:
+    """One line for a failed banner/key exchange."""
+    text = _one_line(exc) if exc is not None else "no reason given"
+    if isinstance(exc, (EOFError, ConnectionResetError)) or "banner" in text.lower():
+        return (f"connection closed by {endpoint.address} before the SSH handshake finished "
+                f"(sshd MaxStartups, TCP wrappers or not an SSH server?)")
+    if isinstance(exc, IncompatiblePeer):
+        return f"no common SSH algorithm with {endpoint.address}: {text}"
+    return f"SSH handshake with {endpoint.address} failed: {text}"
+
+
+def _verify_host_key(transport: paramiko.Transport, endpoint: Endpoint, known: KnownHosts,
+                     policy: str) -> None:
+    """Refuse unknown keys (strict) or record them (accept-new); refuse changed keys always."""
+    key = transport.get_remote_server_key()
+    key_type, blob = key.get_name(), key.asbytes()
+    name = endpoint.host_key_name
+    verdict = known.check(name, key_type, blob)
+    if verdict.status == "unknown" and policy == "accept-new":
+        verdict = known.accept(name, key_type, blob, hashed=endpoint.hash_known_hosts)
+        if verdict.status == "unknown":
+            return  # now recorded
+    if verdict.status != "match":
+        offered = describe_key(key_type, blob)
+        raise _HostError(problem_message(verdict, name, offered, known,
+                                         endpoint.hostname, endpoint.port))
+
+
+# ----------------------------------------------------------------------------
+# Authentication: identity files, then ssh-agent; keys only, never a prompt
+
+_KEY_CACHE: dict[str, tuple[tuple[int, int], paramiko.PKey | None, str]] = {}
+_KEY_LOCK = threading.Lock()
+
+
+def _load_key(path: str) -> tuple[paramiko.PKey | None, str]:
+    """(key, "") or (None, why not); each file is read once while unchanged."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None, f"{_short(path)} not found"
+    signature = (stat.st_mtime_ns, stat.st_size)
+    with _KEY_LOCK:
+        cached = _KEY_CACHE.get(path)
+        if cached and cached[0] == signature:
+            return cached[1], cached[2]
+        key, problem = _read_key(path)
+        _KEY_CACHE[path] = (signature, key, problem)
+        return key, problem
+
+
+def _read_key(path: str) -> tuple[paramiko.PKey | None, str]:
+    try:
+        return paramiko.PKey.from_path(path), ""
+    except (paramiko.PasswordRequiredException, TypeError):
+        return None, (f"{_short(path)} needs a passphrase: load it into ssh-agent "
+                      f"(`ssh-add {_short(path)}`)")
+    except (paramiko.SSHException, ValueError, OSError) as exc:
+        return None, f"{_short(path)} is not a usable private key ({_one_line(exc)})"
+
+
+def _authenticate(transport: paramiko.Transport, endpoint: Endpoint, deadline: float) -> None:
+    """Public-key auth with each identity file, then each agent key, until one works."""
+    tried: list[str] = []
+    notes: list[str] = []
+    for path in endpoint.identity_files:
+        key, problem = _load_key(path)
+        if key is None:
+            if not (endpoint.default_identities and problem.endswith("not found")):
+                notes.append(problem)
+            continue
+        if _try_key(transport, endpoint, key, _short(path), tried, deadline):
+            return
+    use_agent = not endpoint.identities_only and os.environ.get("SSH_AUTH_SOCK")
+    if use_agent and _try_agent(transport, endpoint, tried, deadline):
+        return
+    raise _HostError(_auth_failure(endpoint.user, tried, notes, transport.is_active()))
+
+
+def _try_agent(transport: paramiko.Transport, endpoint: Endpoint, tried: list[str],
+               deadline: float) -> bool:
+    """Each ssh-agent key in turn; one agent connection per host keeps threads apart."""
+    agent = paramiko.Agent()
+    try:
+        for key in agent.get_keys():
+            label = f"agent {describe_key(key.get_name(), key.asbytes())}"
+            if _try_key(transport, endpoint, key, label, tried, deadline):
+                return True
+        return False
+    finally:
+        agent.close()
+
+
+def _try_key(transport: paramiko.Transport, endpoint: Endpoint, key: paramiko.PKey,
+             label: str, tried: list[str], deadline: float) -> bool:
+    """True when `key` authenticated; False when refused (recorded in `tried`)."""
+    if not transport.is_active():
+        return False
+    transport.auth_timeout = max(0.05, deadline - time.monotonic())
+    try:
+        remaining_methods = transport.auth_publickey(endpoint.user, key)
+    except paramiko.BadAuthenticationType as exc:
+        raise _HostError(f"authentication failed for user {endpoint.user}: the server does not "
+                         f"accept keys (it allows: {', '.join(exc.allowed_types)})") from None
+    except paramiko.AuthenticationException as exc:
+        if "timeout" in str(exc).lower():
+            raise _HostError(f"no answer within {endpoint.connect_timeout:g}s "
+                             f"during authentication ({endpoint.address})") from None
+        tried.append(label)
+        return False
+    if remaining_methods and not transport.is_authenticated():
+        raise _HostError(f"authentication failed for user {endpoint.user}: the server also wants "
+                         f"{', '.join(remaining_methods)}, and clusterkit uses keys only")
+    return True
+
+
+def _auth_failure(user: str, tried: list[str], notes: list[str], still_connected: bool) -> str:
+    """`authentication failed for user X (tried: ...)` with the reasons keys were skipped."""
+    parts = [f"tried: {', '.join(tried)}" if tried else "no usable key"]
+    parts += notes
+    if not still_connected:
+        parts.append("the server closed the connection (MaxAuthTries?)")
+    return f"authentication failed for user {user} ({'; '.join(parts)})"
+
+
+# ----------------------------------------------------------------------------
+# Jump hosts, shared by every host of one call
+
+
+class _JumpSlot:
+    """A jump connection being made or made: waiters block on `ready`."""
+
+    def __init__(self) -> None:
+        self.ready = threading.Event()
+        self.transport: paramiko.Transport | None = None
+        self.error: str | None = None
+
+    def usable(self) -> bool:
+        return not self.ready.is_set() or self.error is not None or (
+            self.transport is not None and self.transport.is_active())
+
+
+class _JumpError(_HostError):
+    """A jump host failed; the message already names it."""
+
+
+class _JumpPool:
+    """One connection per ProxyJump chain, opened by the first host that needs it.
+
+    Hundreds of nodes behind one login node then cost one login, and channels
+    on it, instead of hundreds of logins. A failed jump fails all its hosts at once.
+    """
+
+    def __init__(self, ctx: _Context) -> None:
+        self._ctx = ctx
+        self._lock = threading.Lock()
+        self._slots: dict[tuple[Hop, ...], _JumpSlot] = {}
+
+    def transport(self, chain: tuple[Hop, ...], attempt: _Attempt,
+                  visiting: tuple[tuple[Hop, ...], ...] = ()) -> paramiko.Transport:
+        """The authenticated transport to the last host of `chain`."""
+        if chain in visiting or len(visiting) >= MAX_JUMP_DEPTH:
+            raise _JumpError(f"ProxyJump loop through {', '.join(map(str, chain))}")
+        with self._lock:
+            slot = self._slots.get(chain)
+            owner = slot is None or not slot.usable()
+            if owner:
+                slot = self._slots[chain] = _JumpSlot()
+        assert slot is not None
+        if owner:
+            self._fill(slot, chain, attempt, visiting + (chain,))
+        elif not slot.ready.wait(attempt.remaining()):
+            raise _JumpError(f"jump host {chain[-1]}: no answer within {attempt.budget:g}s")
+        if slot.error is not None or slot.transport is None:
+            raise _JumpError(slot.error or f"jump host {chain[-1]}: not connected")
+        return slot.transport
+
+    def _fill(self, slot: _JumpSlot, chain: tuple[Hop, ...], attempt: _Attempt,
+              visiting: tuple[tuple[Hop, ...], ...]) -> None:
+        hop = chain[-1]
+        try:
+            endpoint = self._ctx.endpoint(hop.host, hop)
+            before = chain[:-1] or endpoint.proxy_jump
+            via = self.transport(before, attempt, visiting) if before else None
+            slot.transport = _connect(self._ctx, endpoint, attempt, via)
+            # shared from now on: this host's deadline must not close it
+            attempt.release(slot.transport)
+            attempt.release(slot.transport.sock)
+        except _JumpError as exc:
+            slot.error = str(exc)
+        except Exception as exc:  # noqa: BLE001 - a jump host's failure is every waiter's answer
+            reason = str(exc) if isinstance(exc, (_HostError, InputError)) else _one_line(exc)
+            slot.error = f"jump host {hop}: {reason}"
+        finally:
+            slot.ready.set()
+
+    def close(self) -> None:
+        with self._lock:
+            slots = list(self._slots.values())
+            self._slots.clear()
+        for slot in reversed(slots):  # innermost chains were opened last
+            if slot.transport is not None:
+                slot.transport.close()
+
+
+# ----------------------------------------------------------------------------
+# Running a command
+
+
+def _execute(transport: paramiko.Transport, command: str, stdin: bytes | None,
+             timeout: float, attempt: _Attempt) -> tuple[int, bytes, bytes]:
+    """(exit status, stdout, stderr) of `command`; _CommandTimeout after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    channel = transport.open_session(timeout=max(0.05, timeout))
+    attempt.hold(channel)  # exec_command's reply has no timeout of its own
+    try:
+        channel.exec_command(command)
+        _send_stdin(channel, stdin or b"", deadline, timeout)
+        out, err = _collect(channel, deadline, timeout)
+        if not channel.status_event.wait(max(0.0, deadline - time.monotonic())):
+            raise _CommandTimeout(timeout, out, err)
+        return channel.exit_status, out, err
+    finally:
+        channel.close()
+
+
+def _send_stdin(channel: paramiko.Channel, data: bytes, deadline: float, timeout: float) -> None:
+    """Write all of `data`, then EOF, so `python3 -` and friends start."""
+    if data:
+        channel.settimeout(max(0.05, deadline - time.monotonic()))
+        try:
+            channel.sendall(data)
+        except TimeoutError:
+            raise _CommandTimeout(timeout, b"", b"") from None
+    channel.shutdown_write()
+
+
+def _collect(channel: paramiko.Channel, deadline: float, timeout: float) -> tuple[bytes, bytes]:
+    """Read stdout and stderr as they come until EOF; never blocks past `deadline`."""
+    out, err = bytearray(), bytearray()
+    wakeup = channel.fileno()  # readable whenever either stream has data or closes
+    while True:
+        finished = channel.eof_received or channel.closed  # data precedes EOF
+        while channel.recv_ready():
+            out += channel.recv(READ_CHUNK)
+        while channel.recv_stderr_ready():
+            err += channel.recv_stderr(READ_CHUNK)
+        if finished:
+            return bytes(out), bytes(err)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise _CommandTimeout(timeout, bytes(out), bytes(err))
+        select.select([wakeup], [], [], min(remaining, 1.0))
+
+
+# ----------------------------------------------------------------------------
+# One host, start to finish
+
+
+def _connect_host(ctx: _Context, host: str, attempt: _Attempt) -> paramiko.Transport:
+    """Resolve `host`, arm its deadline, and connect (through its jump hosts)."""
+    endpoint = ctx.endpoint(host)
+    attempt.arm(_budget(endpoint, ctx.settings))
+    via = ctx.jumps.transport(endpoint.proxy_jump, attempt) if endpoint.proxy_jump else None
+    return _connect(ctx, endpoint, attempt, via)
+
+
+def _run_host(ctx: _Context, host: str, command: str, stdin: bytes | None,
+              attempt: _Attempt) -> HostResult:
+    """Connect, run, disconnect; any failure becomes the result's error."""
+    transport: paramiko.Transport | None = None
+    try:
+        transport = _connect_host(ctx, host, attempt)
+        attempt.phase = "running the command"
+        status, out, err = _execute(transport, command, stdin, ctx.settings.command_timeout,
+                                    attempt)
+        return _result(host, attempt, status=status, out=out, err=err)
+    except _CommandTimeout as exc:
+        return _result(host, attempt, out=exc.out, err=exc.err, error=str(exc))
+    except Exception as exc:  # noqa: BLE001 - a host's failure is data, not an exception
+        return _result(host, attempt, error=_failure_message(exc, attempt))
+    finally:
+        attempt.disarm()
+        if transport is not None:
+            transport.close()
+
+
+def _failure_message(exc: BaseException, attempt: _Attempt) -> str:
+    """The error line: the deadline's if the watchdog cut in, else the exception's."""
+    if attempt.aborted:
+        return attempt.overrun_message()
+    if isinstance(exc, (_HostError, InputError)):
+        return str(exc)
+    return describe_error(exc)
+
+
+def describe_error(exc: BaseException) -> str:
+    """One categorised line for an exception no step recognised."""
+    if isinstance(exc, socket.timeout):
+        return f"no answer (timed out: {_one_line(exc) or 'socket timeout'})"
+    if isinstance(exc, (EOFError, ConnectionResetError, BrokenPipeError)):
+        return "connection lost (the host closed the connection)"
+    if isinstance(exc, paramiko.SSHException):
+        return f"ssh error: {_one_line(exc)}"
+    return f"unexpected error: {type(exc).__name__}: {_one_line(exc)}"
+
+
+def _result(host: str, attempt: _Attempt, status: int | None = None, out: bytes = b"",
+            err: bytes = b"", error: str | None = None) -> HostResult:
+    return HostResult(
+        host=host,
+        ok=error is None and status == 0,
+        exit_status=status if error is None else None,
+        stdout=out.decode("utf-8", errors="replace"),
+        stderr=err.decode("utf-8", errors="replace"),
+        error=error,
+        elapsed_s=round(time.monotonic() - attempt.started, 3),
+    )
+
+
+def _one_line(value: object) -> str:
+    return " ".join(str(value).split())
+
+
+def _short(path: str) -> str:
+    home = os.path.expanduser("~")
+    return "~" + path[len(home):] if home != "/" and path.startswith(home + os.sep) else path
+
+
+# ----------------------------------------------------------------------------
+# Public API
+
+
+def run(host: str, command: str, settings: SshSettings, stdin: bytes | None = None) -> HostResult:
+    """Run `command` on `host`; stdin (if any) is written, then closed. Never raises
+    for the host's failure: it is in the result's `error`."""
+    return fan_out([host], command, settings, stdin=stdin)[0]
+
+
+def fan_out(
+    hosts: Iterable[str],
+    command: str,
+    settings: SshSettings,
+    stdin: bytes | None = None,
+    on_result: Callable[[HostResult], None] | None = None,
+) -> list[HostResult]:
+    """Run `command` on every host, at most `settings.fanout` at a time.
+
+    Returns one result per host in the order given. `on_result` is called in the
+    caller's thread as each host finishes (progress). Raises only for bad
+    input shared by all hosts (an unreadable ssh_config).
+    """
+    names = list(hosts)
+    if not names:
+        return []
+    results: list[HostResult | None] = [None] * len(names)
+    ctx = _Context(settings)
+    try:
+        pool = _WorkerPool(ctx, names, command, stdin)
+        for index, result in pool.results():
+            results[index] = result
+            if on_result is not None:
+                on_result(result)
+    finally:
+        ctx.close()
+    return [r for r in results if r is not None]
+
+
+class _WorkerPool:
+    """Daemon worker threads over a queue of host indexes, plus a reaper.
+
+    A worker stuck where nothing can interrupt it (a hanging DNS lookup) is
+    written off after its deadline: its host gets an error, a fresh worker
+    takes its place, and the process can still exit (daemon threads).
+    """
+
+    def __init__(self, ctx: _Context, names: list[str], command: str,
+                 stdin: bytes | None) -> None:
+        self._ctx = ctx
+        self._names = names
+        self._command = command
+        self._stdin = stdin
+        self._todo: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[tuple[int, HostResult]] = queue.SimpleQueue()
+        self._running: dict[int, _Attempt] = {}
+        self._lock = threading.Lock()
+        self._default_budget = 2 * ctx.settings.connect_timeout + ctx.settings.command_timeout + GRACE_S
+        for index in range(len(names)):
+            self._todo.put(index)
+
+    def results(self) -> Iterator[tuple[int, HostResult]]:
+        """(index, result) pairs as hosts finish, each index exactly once."""
+        for _ in range(min(self._ctx.settings.fanout, len(self._names))):
+            self._start_worker()
+        reported: set[int] = set()
+        next_reap = time.monotonic()
+        while len(reported) < len(self._names):
+            if time.monotonic() >= next_reap:
+                self._reap_stuck()
+                next_reap = time.monotonic() + 0.25
+            try:
+                index, result = self._done.get(timeout=0.25)
+            except queue.Empty:
+                continue
+            if index not in reported:
+                reported.add(index)
+                yield index, result
+
+    def _start_worker(self) -> None:
+        threading.Thread(target=self._work, name="clusterkit-ssh", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            try:
+                index = self._todo.get_nowait()
+            except queue.Empty:
+                return
+            attempt = _Attempt(self._default_budget)
+            with self._lock:
+                self._running[index] = attempt
+            result = _run_host(self._ctx, self._names[index], self._command, self._stdin, attempt)
+            with self._lock:
+                written_off = self._running.pop(index, None) is None
+            if written_off:
+                return  # the reaper answered for this host and started a replacement
+            self._done.put((index, result))
+
+    def _reap_stuck(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            stuck = [(i, a) for i, a in self._running.items() if now > a.deadline + GRACE_S]
+            for index, _ in stuck:
+                del self._running[index]
+        for index, attempt in stuck:
+            attempt.abort()
+            self._done.put((index, _result(self._names[index], attempt,
+                                           error=attempt.overrun_message())))
+            self._start_worker()
+
+
+# ----------------------------------------------------------------------------
+# A session for several commands (the login runner)
+
+
+class SshSession:
+    """One authenticated connection on which several commands run in turn."""
+
+    def __init__(self, host: str, transport: paramiko.Transport, settings: SshSettings) -> None:
+        self.host = host
+        self._transport = transport
+        self._settings = settings
+
+    def run(self, command: str, stdin: bytes | None = None,
+            timeout: float | None = None) -> HostResult:
+        """Like `remote.run`, on this connection; `timeout` defaults to command_timeout."""
+        limit = timeout if timeout is not None else self._settings.command_timeout
+        attempt = _Attempt(limit + GRACE_S)
+        attempt.phase = "running the command"
+        attempt.arm(limit + GRACE_S)
+        try:
+            status, out, err = _execute(self._transport, command, stdin, limit, attempt)
+            return _result(self.host, attempt, status=status, out=out, err=err)
+        except _CommandTimeout as exc:
+            return _result(self.host, attempt, out=exc.out, err=exc.err, error=str(exc))
+        except Exception as exc:  # noqa: BLE001 - the connection died: an answer, not a crash
+            return _result(self.host, attempt, error=_failure_message(exc, attempt))
+        finally:
+            attempt.disarm()
+
+    def close(self) -> None:
+        self._transport.close()
+
+
+@contextmanager
+def open_client(host: str, settings: SshSettings) -> Iterator[SshSession]:
+    """A connected `SshSession` to `host`; raises SshConnectError (exit 3) if
+    the host cannot be reached, its key is refused or auth fails."""
+    ctx = _Context(settings)
+    attempt = _Attempt(2 * settings.connect_timeout + GRACE_S)
+    try:
+        transport = _connect_host(ctx, host, attempt)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one clear message
+        ctx.close()
+        raise SshConnectError(host, _failure_message(exc, attempt)) from None
+    finally:
+        attempt.disarm()
+    session = SshSession(host, transport, settings)
+    try:
+        yield session
+    finally:
+        session.close()
+        ctx.close()
