@@ -57,6 +57,7 @@ class Section:
     """A mapping with named keys; other keys go to `extra` or are errors.
 
     `present=False` keeps an absent section absent (`login`: absent = run locally).
+    `fill=False` leaves absent keys absent (the job's `nccl` overrides only what it names).
     `extra_hint` is how the valid-keys list describes what `extra` accepts.
     `extra_accepts(key)` says whether a key that is not a field belongs to `extra`.
     """
@@ -65,6 +66,7 @@ class Section:
     extra: MapOf | None = None
     extra_hint: str = ""
     present: bool = True
+    fill: bool = True
     suggest_from: tuple[str, ...] = ()
     extra_accepts: Callable[[Any], bool] = lambda key: True
 
@@ -112,6 +114,23 @@ def positive_int() -> Check:
     return integer(lo=1)
 
 
+def gpus() -> Check:
+    """GPUs per node: a count, or `type:count` as sbatch accepts (h100:8)."""
+    def check(value: Any) -> str | None:
+        if _is_int(value) and value >= 1:
+            return None
+        if isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9_.-]+:[1-9]\d*", value):
+            return None
+        shown = repr(value) if isinstance(value, str) else _got(value)
+        return f"{shown} is not a GPU count; use a number such as 8, or type:count such as h100:8"
+    return check
+
+
+def gpu_count(value: Any) -> int:
+    """8 or "h100:8" -> 8."""
+    return int(str(value).rsplit(":", 1)[-1])
+
+
 def positive_number() -> Check:
     """A measure such as a rate or a timeout: a number > 0."""
     def check(value: Any) -> str | None:
@@ -130,10 +149,12 @@ def boolean() -> Check:
     return check
 
 
-def one_of(*choices: str) -> Check:
+def one_of(*choices: str, ignore_case: bool = False) -> Check:
     """One of a fixed set of strings."""
     def check(value: Any) -> str | None:
         if value in choices:
+            return None
+        if ignore_case and isinstance(value, str) and value.upper() in choices:
             return None
         shown = repr(value) if isinstance(value, str) else _got(value)
         return f"{shown} is not one of {' | '.join(choices)}"
@@ -508,7 +529,7 @@ SLURM_NAMED: dict[str, Spec] = {
     "account": Field(safe_string(NAME_CHARS)),
     "qos": Field(safe_string(NAME_CHARS)),
     "constraint": Field(safe_string(CONSTRAINT_CHARS)),
-    "gpus_per_node": Field(positive_int()),
+    "gpus_per_node": Field(gpus()),
     "ntasks_per_node": Field(positive_int()),
     "cpus_per_task": Field(positive_int()),
     "mem": Field(slurm_memory()),
@@ -566,13 +587,14 @@ PROFILE = Section({
     "expect": EXPECT,
 })
 
-JOB_NCCL = Section({**NETWORK_FIELDS, "debug": Field(one_of("VERSION", "WARN", "INFO", "TRACE"))})
+JOB_NCCL = Section({**NETWORK_FIELDS, "debug": Field(one_of("VERSION", "WARN", "INFO", "TRACE", ignore_case=True))},
+                   fill=False)
 
 JOB = Section({
     "name": Field(safe_string(NAME_CHARS)),
     "profile": _str(),
     "nodes": Field(positive_int(), 1),
-    "gpus_per_node": Field(positive_int()),
+    "gpus_per_node": Field(gpus()),
     "time": Field(slurm_time()),
     "launcher": Field(one_of("srun", "torchrun"), "srun"),
     "script": _str(),
@@ -682,6 +704,8 @@ def unknown_key(key: Any, spec: Section, path: KeyPath) -> str:
 
 def with_defaults(data: dict[str, Any], spec: Section) -> dict[str, Any]:
     """A copy of `data` with every absent key of `spec` filled with its default."""
+    if not spec.fill:
+        return dict(data)
     out: dict[str, Any] = {}
     for key, sub in spec.fields.items():
         if key in data:

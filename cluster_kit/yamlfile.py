@@ -63,6 +63,16 @@ _Loader.add_implicit_resolver(_INT_TAG, _INT_RE, list("-+0123456789"))
 _Loader.add_implicit_resolver(_FLOAT_TAG, _FLOAT_RE, list("-+0123456789."))
 
 
+class YamlError(InputError):
+    """A file that cannot be read or is not a YAML mapping; knows its file and line."""
+
+    def __init__(self, path: Path, line: int, problem: str, fix: str) -> None:
+        super().__init__(f"{path}:{line}: {problem}", fix=fix)
+        self.path = path
+        self.line = line
+        self.problem = problem
+
+
 @dataclass
 class YamlDoc:
     """One loaded YAML file: its top-level mapping and the line of every key."""
@@ -90,12 +100,13 @@ def load(path: str | Path) -> YamlDoc:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise InputError(f"{path}: no such file", fix="check the path") from None
+        raise YamlError(path, 1, "no such file", fix="check the path") from None
     except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 text ({exc.reason})",
-                         fix="save the file as UTF-8") from None
+        raise YamlError(path, 1, f"not UTF-8 text ({exc.reason})",
+                        fix="save the file as UTF-8") from None
     except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+        raise YamlError(path, 1, f"cannot read: {exc.strerror}",
+                        fix="check the path and its permissions") from None
     return loads(text, path)
 
 
@@ -109,22 +120,22 @@ def loads(text: str, path: str | Path = "<string>") -> YamlDoc:
     except yaml.MarkedYAMLError as exc:
         raise _yaml_error(path, exc) from None
     except yaml.YAMLError as exc:
-        raise InputError(f"{path}:1: {exc}", fix="fix the YAML syntax") from None
+        raise YamlError(path, 1, str(exc), fix="fix the YAML syntax") from None
     finally:
         loader.dispose()
     if node is None or data is None:
-        raise InputError(f"{path}:1: the file is empty",
-                         fix="write a mapping of keys, e.g. `name: mycluster`")
+        raise YamlError(path, 1, "the file is empty",
+                        fix="write a mapping of keys, e.g. `name: mycluster`")
     if not isinstance(data, dict):
         kind = "a list" if isinstance(data, list) else f"a {type(data).__name__}"
-        raise InputError(f"{path}:{node.start_mark.line + 1}: the top level is {kind}, "
-                         "not a mapping", fix="write `key: value` lines at the top level")
+        raise YamlError(path, node.start_mark.line + 1, f"the top level is {kind}, not a mapping",
+                        fix="write `key: value` lines at the top level")
     lines: dict[KeyPath, int] = {}
     _collect_lines(loader, node, (), lines)
     return YamlDoc(path=path, data=data, lines=lines)
 
 
-def _yaml_error(path: Path, exc: yaml.MarkedYAMLError) -> InputError:
+def _yaml_error(path: Path, exc: yaml.MarkedYAMLError) -> YamlError:
     mark = exc.problem_mark or exc.context_mark
     line = mark.line + 1 if mark is not None else 1
     problem = exc.problem or "invalid YAML"
@@ -132,7 +143,7 @@ def _yaml_error(path: Path, exc: yaml.MarkedYAMLError) -> InputError:
         problem = f"{problem} ({exc.context})"
     fix = ("remove or rename one of the two keys" if "duplicate key" in problem
            else "fix the YAML syntax (indentation, quotes, `key: value`)")
-    return InputError(f"{path}:{line}: {problem}", fix=fix)
+    return YamlError(path, line, problem, fix=fix)
 
 
 def _collect_lines(loader: _Loader, node: yaml.Node, path: KeyPath,
