@@ -1,0 +1,595 @@
+"""The real probe script, run as SSH runs it (`python3 - < probe.py`), on fake nodes.
+
+Each fake node is a tree under tmp_path laid out as the kernel lays out sysfs:
+/sys/class/infiniband/<hca> and /sys/class/net/<if> are relative symlinks into
+/sys/devices/..., HCA ports carry gids/N and gid_attrs/{types,ndevs}/N, and a
+stand-in nvidia-smi on PATH answers the probe's exact query with real CSV text.
+The probe reads the tree through $CLUSTERKIT_PROBE_ROOT.
+
+The facts each scenario produces are committed under tests/data/facts/ (the
+check tests read them); `CLUSTERKIT_REGEN_FACTS=1 pytest tests/unit/test_probe.py`
+rewrites them after a deliberate change of the probe.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import resource
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+
+from cluster_kit import probe
+
+REPO = Path(__file__).resolve().parents[2]
+PROBE = REPO / "cluster_kit" / "probe.py"
+FACTS_DIR = REPO / "tests" / "data" / "facts"
+REGEN = os.environ.get("CLUSTERKIT_REGEN_FACTS") == "1"
+
+QUERY = "--query-gpu=index,name,uuid,driver_version,memory.total,pci.bus_id"
+SMI_DRIVER_ERROR = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+                    "Make sure that the latest NVIDIA driver is installed and running.")
+SMI_BANNER = """Tue Mar 12 10:14:03 2024
++-----------------------------------------------------------------------------------------+
+| NVIDIA-SMI 550.54.15              Driver Version: 550.54.15      CUDA Version: 12.4     |
+|-----------------------------------------+------------------------+----------------------+
+| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |
+| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |
+|=========================================+========================+======================|
+|   0  NVIDIA H100 80GB HBM3          On  |   00000000:18:00.0 Off |                    0 |
+| N/A   31C    P0             71W /  700W |       1MiB /  81559MiB |      0%      Default |
++-----------------------------------------+------------------------+----------------------+"""
+H100_BUS_IDS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
+ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
+IB_NDR = "400 Gb/sec (4X NDR)"
+
+
+def h100_csv(count: int = 8, driver: str = "550.54.15") -> str:
+    """nvidia-smi's CSV (noheader) for `count` H100s, as a real DGX H100 prints it."""
+    return "".join(
+        f"{i}, NVIDIA H100 80GB HBM3, GPU-{i:x}3c1d2e0-7b5a-4c1e-9f2d-0a1b2c3d4e{i:02x}, {driver}, "
+        f"81559 MiB, 00000000:{H100_BUS_IDS[i]}:00.0\n" for i in range(count))
+
+
+@dataclass
+class Gid:
+    """One populated GID table entry."""
+
+    value: str
+    type: str
+    ndev: Optional[str] = None
+
+
+@dataclass
+class Port:
+    """One HCA port's sysfs attributes; `gids` beyond the populated ones are all-zero."""
+
+    state: str = "4: ACTIVE"
+    phys_state: str = "5: LinkUp"
+    rate: str = IB_NDR
+    link_layer: str = "InfiniBand"
+    gids: list[Gid] = field(default_factory=list)
+    table_size: int = 4
+
+
+@dataclass
+class Hca:
+    """One RDMA device (a ConnectX function) on its PCI address."""
+
+    name: str
+    pci: str
+    ports: dict[str, Port]
+    netdevs: list[str] = field(default_factory=list)
+    fw_ver: str = "28.39.1002"
+    board_id: str = "MT_0000000838"
+    hca_type: str = "MT4129"
+
+
+@dataclass
+class Iface:
+    """One /sys/class/net interface."""
+
+    operstate: str = "up"
+    mtu: str = "1500"
+    address: str = "00:00:00:00:00:00"
+    carrier: Optional[str] = "1"
+    speed: Optional[str] = "100000"
+    type: str = "1"
+    pci: Optional[str] = "0000:01:00.0"
+
+
+@dataclass
+class Node:
+    """Everything a fake node shows the probe."""
+
+    hcas: Optional[list[Hca]]
+    interfaces: dict[str, Iface]
+    smi: str = "ok"                     # ok | fail | missing
+    gpu_csv: str = field(default_factory=h100_csv)
+    sys_modules: tuple[str, ...] = ("nvidia_peermem",)
+    proc_modules: tuple[str, ...] = ("nvidia_peermem", "mlx5_ib", "nvidia")
+    cmdline: str = "BOOT_IMAGE=/vmlinuz-5.15.0-105-generic root=/dev/nvme0n1p2 ro iommu=pt intel_iommu=on"
+    iommu_groups: int = 12
+    os_release: str = 'PRETTY_NAME="Ubuntu 22.04.4 LTS"\nNAME="Ubuntu"\nVERSION_ID="22.04"\nID=ubuntu\n'
+
+
+# ---------------------------------------------------------------- scenarios
+
+def ib_guid(n: int) -> str:
+    """A ConnectX-7 style port GUID, as node_guid shows it."""
+    return f"b859:9f03:00d4:{0x8a00 + n:04x}"
+
+
+def hca_pci(n: int) -> str:
+    """PCI address of the n-th ConnectX-7, one per PCIe switch as on a DGX H100."""
+    return f"0000:{0x0c + 0x10 * n:02x}:00.0"
+
+
+def ib_hca(n: int, **port: Any) -> Hca:
+    """mlx5_<n>: one InfiniBand port, GID 0 is the port's link-local GID."""
+    gid = Gid(f"fe80:0000:0000:0000:{ib_guid(n)}", "IB/RoCE v1")
+    return Hca(f"mlx5_{n}", hca_pci(n), {"1": Port(gids=[gid], **port)})
+
+
+def roce_hca(n: int, ipv4_hex: str, v2_at: tuple[int, int] = (1, 3)) -> Hca:
+    """mlx5_<n>: one Ethernet port; link-local then IPv4-mapped GIDs, v1 and v2 each.
+
+    `v2_at` are the indices (link-local, IPv4-mapped) holding the RoCE v2 entries;
+    the others hold RoCE v1 (the kernel's "IB/RoCE v1").
+    """
+    netdev = f"ens{n + 1}np0"
+    link_local = f"fe80:0000:0000:0000:0a5c:2eff:fe0{n}:4a10"
+    mapped = f"0000:0000:0000:0000:0000:ffff:{ipv4_hex}"
+    gids = []
+    for index, value in enumerate((link_local, link_local, mapped, mapped)):
+        gid_type = "RoCE v2" if index in v2_at else "IB/RoCE v1"
+        gids.append(Gid(value, gid_type, netdev))
+    port = Port(rate=IB_NDR, link_layer="Ethernet", gids=gids, table_size=8)
+    return Hca(f"mlx5_{n}", hca_pci(n), {"1": port}, [netdev])
+
+
+def mgmt_interfaces() -> dict[str, Iface]:
+    """The management NIC, a docker bridge that is down, and lo."""
+    return {"eth0": Iface(address="3c:ec:ef:10:20:30", speed="25000"),
+            "docker0": Iface(operstate="down", carrier=None, speed=None, pci=None,
+                             address="02:42:9c:01:02:03"),
+            "lo": Iface(operstate="unknown", mtu="65536", speed=None, type="772", pci=None)}
+
+
+def ib_ok() -> Node:
+    """A healthy DGX H100: 8 GPUs, mlx5_0..mlx5_7 NDR InfiniBand, nvidia_peermem."""
+    interfaces = mgmt_interfaces()
+    interfaces["ib0"] = Iface(mtu="4092", type="32", speed="400000", pci=hca_pci(0),
+                              address="00:00:10:29:fe:80:00:00:00:00:00:00:b8:59:9f:03:00:d4:8a:00")
+    return Node(hcas=[ib_hca(n) for n in range(8)], interfaces=interfaces)
+
+
+def roce_ok() -> Node:
+    """A healthy RoCE node: mlx5_0/mlx5_1 on Ethernet, GID 3 = IPv4-mapped RoCE v2."""
+    hcas = [roce_hca(0, "0a00:0001"), roce_hca(1, "0a00:0101")]
+    interfaces = mgmt_interfaces()
+    for hca in hcas:
+        interfaces[hca.netdevs[0]] = Iface(mtu="9000", speed="400000", pci=hca.pci,
+                                           address=f"0a:5c:2e:0{hca.name[-1]}:4a:10")
+    return Node(hcas=hcas, interfaces=interfaces, sys_modules=("nv_peer_mem",),
+                proc_modules=("nv_peer_mem", "mlx5_ib", "nvidia"))
+
+
+def roce_v1() -> Node:
+    """As roce_ok, but index 3 is RoCE v1 and the IPv4-mapped RoCE v2 GID sits at 2."""
+    node = roce_ok()
+    node.hcas = [roce_hca(0, "0a00:0001", v2_at=(1, 2)), roce_hca(1, "0a00:0101", v2_at=(1, 2))]
+    return node
+
+
+def ib_with(n: int, **port: Any) -> Node:
+    """ib_ok with mlx5_<n> port 1 changed."""
+    node = ib_ok()
+    assert node.hcas is not None
+    node.hcas[n] = ib_hca(n, **port)
+    return node
+
+
+def ib_nohca() -> Node:
+    """As ib_ok, but mlx5_3 is gone (dead card or driver did not bind)."""
+    node = ib_ok()
+    assert node.hcas is not None
+    node.hcas = [hca for hca in node.hcas if hca.name != "mlx5_3"]
+    return node
+
+
+SCENARIOS = {
+    "ib-ok": ib_ok,
+    "ib-portdown": lambda: ib_with(3, state="1: DOWN", phys_state="2: Polling", rate="10 Gb/sec (4X SDR)"),
+    "ib-disabled": lambda: ib_with(3, state="1: DOWN", phys_state="3: Disabled", rate="10 Gb/sec (4X SDR)"),
+    "ib-init": lambda: ib_with(2, state="2: INIT", phys_state="5: LinkUp"),
+    "ib-slow": lambda: ib_with(5, rate="200 Gb/sec (4X HDR)"),
+    "ib-nohca": ib_nohca,
+    "ib-nopeermem": lambda: replace(ib_ok(), sys_modules=(), proc_modules=("mlx5_ib", "nvidia")),
+    "roce-ok": roce_ok,
+    "roce-v1": roce_v1,
+    "no-rdma": lambda: Node(hcas=None, interfaces=mgmt_interfaces(), sys_modules=(),
+                            proc_modules=("nvidia",), gpu_csv=h100_csv(7, "535.104.05")),
+    "smi-fail": lambda: replace(ib_ok(), smi="fail"),
+    "smi-missing": lambda: replace(ib_ok(), smi="missing"),
+}
+
+
+# ---------------------------------------------------------------- tree builder
+
+def write(path: Path, text: str) -> None:
+    """A sysfs-like attribute file (the kernel ends values with a newline)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n")
+
+
+def link(path: Path, target: Path) -> None:
+    """A relative symlink, as /sys/class entries point into /sys/devices."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to(os.path.relpath(target, path.parent))
+
+
+def device_dir(root: Path, pci: Optional[str]) -> Path:
+    """/sys/devices/... of a PCI function, or the virtual device tree."""
+    if pci is None:
+        return root / "sys/devices/virtual"
+    return root / "sys/devices/pci0000:00/0000:00:01.0" / pci
+
+
+def build_port(port_dir: Path, port: Port) -> None:
+    """Port attributes and the GID table; unpopulated types/ndevs are unreadable.
+
+    The kernel answers EINVAL when reading the type or netdev of an empty GID
+    entry; a directory in its place makes the read fail the same way (OSError).
+    """
+    for name in ("state", "phys_state", "rate", "link_layer"):
+        write(port_dir / name, getattr(port, name))
+    write(port_dir / "lid", "0x1a" if port.link_layer == "InfiniBand" else "0x0")
+    for index in range(port.table_size):
+        gid = port.gids[index] if index < len(port.gids) else None
+        write(port_dir / "gids" / str(index), gid.value if gid else ZERO_GID)
+        for sub, value in (("types", gid and gid.type), ("ndevs", gid and gid.ndev)):
+            target = port_dir / "gid_attrs" / sub / str(index)
+            if value:
+                write(target, value)
+            else:
+                target.mkdir(parents=True)
+
+
+def build_hca(root: Path, hca: Hca) -> None:
+    """/sys/devices/.../infiniband/<hca> and its /sys/class/infiniband link."""
+    pci_dir = device_dir(root, hca.pci)
+    hca_dir = pci_dir / "infiniband" / hca.name
+    for name in ("fw_ver", "board_id", "hca_type"):
+        write(hca_dir / name, getattr(hca, name))
+    write(hca_dir / "node_guid", ib_guid(int(hca.name.split("_")[1])))
+    write(hca_dir / "node_type", "1: CA")
+    link(hca_dir / "device", pci_dir)
+    for number, port in hca.ports.items():
+        build_port(hca_dir / "ports" / number, port)
+    link(root / "sys/class/infiniband" / hca.name, hca_dir)
+
+
+def build_iface(root: Path, name: str, iface: Iface) -> None:
+    """/sys/devices/.../net/<if> and its /sys/class/net link; EINVAL attrs unreadable."""
+    if_dir = device_dir(root, iface.pci) / "net" / name
+    for attr in ("operstate", "mtu", "address", "carrier", "speed", "type"):
+        value = getattr(iface, attr)
+        if value is None:
+            (if_dir / attr).mkdir(parents=True)
+        else:
+            write(if_dir / attr, value)
+    link(root / "sys/class/net" / name, if_dir)
+
+
+def build_smi(bindir: Path, node: Node) -> None:
+    """A stand-in nvidia-smi that answers only the probe's exact query (shell builtins only)."""
+    bindir.mkdir(parents=True, exist_ok=True)
+    if node.smi == "missing":
+        return
+    if node.smi == "fail":
+        body = f"printf '%s\\n' {shlex.quote(SMI_DRIVER_ERROR)}\nexit 9\n"
+    else:
+        csv_lines = " ".join(shlex.quote(line) for line in node.gpu_csv.splitlines())
+        banner = " ".join(shlex.quote(line) for line in SMI_BANNER.splitlines())
+        body = (f'if [ "$1" = "{QUERY}" ] && [ "$2" = "--format=csv,noheader" ]; then\n'
+                f"  printf '%s\\n' {csv_lines}\nelif [ $# -eq 0 ]; then\n"
+                f"  printf '%s\\n' {banner}\nelse\n"
+                "  printf '%s\\n' \"Invalid combination of input arguments.\"; exit 2\nfi\n")
+    script = bindir / "nvidia-smi"
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(0o755)
+
+
+def build_node(root: Path, node: Node) -> None:
+    """The whole fake node under `root`."""
+    write(root / "etc/os-release", node.os_release.rstrip("\n"))
+    write(root / "proc/cmdline", node.cmdline)
+    write(root / "proc/modules", "\n".join(f"{m} 16384 0 - Live 0x0000000000000000" for m in node.proc_modules))
+    for module in node.sys_modules:
+        write(root / "sys/module" / module / "initstate", "live")
+        write(root / "sys/module" / module / "refcnt", "0")
+    for group in range(node.iommu_groups):
+        (root / "sys/kernel/iommu_groups" / str(group) / "devices").mkdir(parents=True)
+    if node.hcas is not None:
+        (root / "sys/class/infiniband").mkdir(parents=True)
+        for hca in node.hcas:
+            build_hca(root, hca)
+    for name, iface in node.interfaces.items():
+        build_iface(root, name, iface)
+    build_smi(root / "bin", node)
+
+
+# ---------------------------------------------------------------- running the probe
+
+def set_memlock(kib: Optional[int]) -> None:
+    """preexec: lower RLIMIT_MEMLOCK to `kib` (None: keep this process's limit).
+
+    Raising it needs CAP_SYS_RESOURCE, which test machines often lack, so
+    tests only ever lower it.
+    """
+    if kib is not None:
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (kib * 1024, kib * 1024))
+
+
+def run_probe(root: Path, args: tuple[str, ...] = (), python: str = sys.executable,
+              memlock_kib: Optional[int] = None) -> dict[str, Any]:
+    """Feed probe.py to `python -` on stdin, as SSH does; return the parsed facts."""
+    env = {"PATH": str(root / "bin"), probe.ROOT_ENV: str(root), "LANG": "C"}
+    result = subprocess.run([python, "-", *args], input=PROBE.read_bytes(), capture_output=True,
+                            env=env, timeout=120, check=True,
+                            preexec_fn=lambda: set_memlock(memlock_kib))
+    lines = result.stdout.decode().splitlines()
+    assert len(lines) == 1, result.stdout
+    return dict(json.loads(lines[0]))
+
+
+def probe_scenario(tmp_path: Path, name: str, **kwargs: Any) -> dict[str, Any]:
+    """Build scenario `name` under tmp_path and probe it."""
+    root = tmp_path / name
+    build_node(root, SCENARIOS[name]())
+    return run_probe(root, **kwargs)
+
+
+# ---------------------------------------------------------------- committed fixtures
+
+VOLATILE_OS_KEYS = ("kernel", "arch", "python", "python_executable")
+
+
+def stable_part(facts: dict[str, Any]) -> dict[str, Any]:
+    """The facts without what depends on the machine running the tests."""
+    facts = json.loads(json.dumps(facts))
+    for key in ("hostname", "nccl", "slurm_node", "memlock"):
+        facts.pop(key, None)
+    for key in VOLATILE_OS_KEYS:
+        facts["os"].pop(key, None)
+    return facts
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_committed_facts_match_the_probe(tmp_path: Path, name: str) -> None:
+    """tests/data/facts/<scenario>.json is what the probe says about that tree.
+
+    The hostname is the scenario's name and RLIMIT_MEMLOCK that of a healthy
+    node (unlimited): both come from the process running the tests, not the tree.
+    """
+    facts = probe_scenario(tmp_path, name)
+    facts["hostname"] = name
+    facts["memlock"] = {"status": "ok", "soft_kib": "unlimited", "hard_kib": "unlimited"}
+    fixture = FACTS_DIR / f"{name}.json"
+    if REGEN:
+        FACTS_DIR.mkdir(parents=True, exist_ok=True)
+        fixture.write_text(json.dumps(facts, indent=1, sort_keys=True) + "\n")
+    assert stable_part(json.loads(fixture.read_text())) == stable_part(facts)
+
+
+# ---------------------------------------------------------------- rdma
+
+def test_healthy_infiniband_node_reports_every_hca_and_port(tmp_path: Path) -> None:
+    facts = probe_scenario(tmp_path, "ib-ok")
+    hcas = facts["rdma"]["hcas"]
+    assert facts["rdma"]["status"] == "ok"
+    assert list(hcas) == [f"mlx5_{n}" for n in range(8)]
+    mlx5_0 = hcas["mlx5_0"]
+    assert (mlx5_0["fw_ver"], mlx5_0["board_id"], mlx5_0["hca_type"]) == ("28.39.1002", "MT_0000000838", "MT4129")
+    assert mlx5_0["node_guid"] == "b859:9f03:00d4:8a00"
+    port = mlx5_0["ports"]["1"]
+    assert (port["state"], port["phys_state"], port["rate"], port["link_layer"]) == (
+        "4: ACTIVE", "5: LinkUp", "400 Gb/sec (4X NDR)", "InfiniBand")
+
+
+def test_all_zero_gids_are_reported_but_unreadable_types_are_not(tmp_path: Path) -> None:
+    port = probe_scenario(tmp_path, "ib-ok")["rdma"]["hcas"]["mlx5_7"]["ports"]["1"]
+    assert port["gids"] == {"0": "fe80:0000:0000:0000:b859:9f03:00d4:8a07",
+                            "1": ZERO_GID, "2": ZERO_GID, "3": ZERO_GID}
+    assert port["gid_types"] == {"0": "IB/RoCE v1"}
+    assert port["gid_ndevs"] == {}
+
+
+def test_roce_gid_table_has_v1_and_v2_with_their_netdev(tmp_path: Path) -> None:
+    facts = probe_scenario(tmp_path, "roce-ok")
+    hca = facts["rdma"]["hcas"]["mlx5_0"]
+    port = hca["ports"]["1"]
+    assert port["link_layer"] == "Ethernet"
+    assert port["gid_types"] == {"0": "IB/RoCE v1", "1": "RoCE v2", "2": "IB/RoCE v1", "3": "RoCE v2"}
+    assert port["gids"]["3"] == "0000:0000:0000:0000:0000:ffff:0a00:0001"
+    assert port["gid_ndevs"] == {str(i): "ens1np0" for i in range(4)}
+    assert len(port["gids"]) == 8
+    assert hca["netdevs"] == ["ens1np0"]
+
+
+def test_port_down_polling_is_reported_as_the_kernel_shows_it(tmp_path: Path) -> None:
+    port = probe_scenario(tmp_path, "ib-portdown")["rdma"]["hcas"]["mlx5_3"]["ports"]["1"]
+    assert (port["state"], port["phys_state"]) == ("1: DOWN", "2: Polling")
+
+
+def test_missing_hca_is_simply_absent_from_the_list(tmp_path: Path) -> None:
+    hcas = probe_scenario(tmp_path, "ib-nohca")["rdma"]["hcas"]
+    assert "mlx5_3" not in hcas and len(hcas) == 7
+
+
+def test_no_infiniband_class_at_all_is_an_absent_fact(tmp_path: Path) -> None:
+    facts = probe_scenario(tmp_path, "no-rdma")
+    assert facts["rdma"]["status"] == "absent"
+    assert "/sys/class/infiniband does not exist" in facts["rdma"]["error"]
+    assert facts["peermem"] == {"status": "ok", "nvidia_peermem": False, "nv_peer_mem": False}
+
+
+def test_peermem_is_seen_in_sys_module(tmp_path: Path) -> None:
+    assert probe_scenario(tmp_path, "ib-ok")["peermem"]["nvidia_peermem"] is True
+    assert probe_scenario(tmp_path, "roce-ok")["peermem"]["nv_peer_mem"] is True
+
+
+def test_peermem_is_also_seen_in_proc_modules(tmp_path: Path) -> None:
+    node = replace(ib_ok(), sys_modules=())
+    build_node(tmp_path, node)
+    assert run_probe(tmp_path, memlock_kib=64)["peermem"]["nvidia_peermem"] is True
+
+
+# ---------------------------------------------------------------- gpu
+
+def test_gpus_are_parsed_from_real_nvidia_smi_csv(tmp_path: Path) -> None:
+    gpu = probe_scenario(tmp_path, "ib-ok")["gpu"]
+    assert (gpu["status"], gpu["driver"], gpu["cuda"]) == ("ok", "550.54.15", "12.4")
+    assert len(gpu["gpus"]) == 8
+    assert gpu["gpus"][7] == {"index": "7", "name": "NVIDIA H100 80GB HBM3",
+                              "uuid": "GPU-73c1d2e0-7b5a-4c1e-9f2d-0a1b2c3d4e07", "driver_version": "550.54.15",
+                              "memory_total": "81559 MiB", "pci_bus_id": "00000000:DB:00.0"}
+
+
+def test_nvidia_smi_driver_failure_is_an_error_fact_with_its_text(tmp_path: Path) -> None:
+    gpu = probe_scenario(tmp_path, "smi-fail")["gpu"]
+    assert gpu == {"status": "error", "error": SMI_DRIVER_ERROR, "exit_code": 9}
+
+
+def test_missing_nvidia_smi_is_an_absent_fact(tmp_path: Path) -> None:
+    gpu = probe_scenario(tmp_path, "smi-missing")["gpu"]
+    assert gpu == {"status": "absent", "error": "nvidia-smi not found on PATH"}
+
+
+def test_gpu_csv_parser_keeps_commas_inside_quoted_names() -> None:
+    text = '0, "NVIDIA A100-SXM4-80GB, custom", GPU-1, 535.104.05, 81920 MiB, 00000000:07:00.0\n\n'
+    assert probe.parse_gpu_csv(text)[0]["name"] == "NVIDIA A100-SXM4-80GB, custom"
+
+
+def test_cuda_version_from_banner() -> None:
+    assert probe.parse_cuda_version(SMI_BANNER) == "12.4"
+    assert probe.parse_cuda_version("garbage") is None
+
+
+# ---------------------------------------------------------------- nccl
+
+def test_real_pip_libnccl_is_found_and_its_version_read(tmp_path: Path) -> None:
+    build_node(tmp_path, ib_ok())
+    nccl = run_probe(tmp_path, memlock_kib=64)["nccl"]
+    assert nccl["status"] == "ok"
+    assert nccl["version"] == importlib.metadata.version("nvidia-nccl-cu12")
+    assert nccl["source"] == "pip"
+    assert nccl["path"].endswith("nvidia/nccl/lib/libnccl.so.2")
+    assert nccl["path"] in nccl["candidates"]
+
+
+def python36() -> Optional[str]:
+    """A real Python 3.6 interpreter (not a pyenv shim, which needs PATH), if there is one."""
+    pyenv = sorted(Path("~/.pyenv/versions").expanduser().glob("3.6.*/bin/python3.6"))
+    for candidate in [str(p) for p in pyenv] + [shutil.which("python3.6") or ""]:
+        if candidate and "/shims/" not in candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+@pytest.mark.skipif(python36() is None, reason="no Python 3.6 interpreter here")
+def test_probe_runs_on_python36_and_finds_nccl_through_environment_python(tmp_path: Path) -> None:
+    build_node(tmp_path, ib_ok())
+    py36 = python36()
+    assert py36 is not None
+    facts = run_probe(tmp_path, ("--python", sys.executable), python=py36, memlock_kib=64)
+    assert facts["os"]["python"].startswith("3.6.")
+    assert facts["rdma"]["hcas"]["mlx5_0"]["ports"]["1"]["state"] == "4: ACTIVE"
+    assert facts["nccl"]["version"] == importlib.metadata.version("nvidia-nccl-cu12")
+
+
+def test_nccl_version_codes_old_and_new_encoding() -> None:
+    assert probe.decode_nccl_version(22105) == "2.21.5"
+    assert probe.decode_nccl_version(23203) == "2.32.3"
+    assert probe.decode_nccl_version(2708) == "2.7.8"
+    assert probe.decode_nccl_version(2804) == "2.8.4"
+
+
+# ---------------------------------------------------------------- limits, iommu, os, deep
+
+def test_memlock_is_reported_in_kib_as_ulimit_shows_it(tmp_path: Path) -> None:
+    build_node(tmp_path, ib_ok())
+    facts = run_probe(tmp_path, memlock_kib=64)
+    assert facts["memlock"] == {"status": "ok", "soft_kib": "64", "hard_kib": "64"}
+
+
+@pytest.mark.skipif(resource.getrlimit(resource.RLIMIT_MEMLOCK)[0] != resource.RLIM_INFINITY,
+                    reason="this machine's own RLIMIT_MEMLOCK is not unlimited")
+def test_unlimited_memlock(tmp_path: Path) -> None:
+    assert probe_scenario(tmp_path, "ib-ok")["memlock"]["soft_kib"] == "unlimited"
+
+
+def test_iommu_os_and_net_facts(tmp_path: Path) -> None:
+    build_node(tmp_path, ib_ok())
+    facts = run_probe(tmp_path, memlock_kib=64)
+    assert facts["iommu"] == {"status": "ok", "groups": "12", "cmdline": "iommu=pt intel_iommu=on"}
+    assert facts["os"]["os_release"] == "Ubuntu 22.04.4 LTS"
+    assert facts["net"]["interfaces"]["docker0"] == {
+        "operstate": "down", "carrier": None, "mtu": "1500", "address": "02:42:9c:01:02:03",
+        "speed": None, "type": "1"}
+    assert facts["torch"] == {"status": "skipped"}
+    assert facts["probe_version"] == probe.PROBE_VERSION
+
+
+@pytest.mark.slow
+def test_deep_reports_torch_as_environment_python_sees_it(tmp_path: Path) -> None:
+    import torch
+
+    build_node(tmp_path, ib_ok())
+    facts = run_probe(tmp_path, ("--deep", sys.executable), memlock_kib=64)
+    assert facts["torch"]["status"] == "ok"
+    assert facts["torch"]["version"] == torch.__version__
+    assert facts["torch"]["cuda"] == torch.version.cuda
+    assert facts["torch"]["cuda_available"] == torch.cuda.is_available()
+
+
+def test_deep_with_a_missing_interpreter_is_an_error_fact(tmp_path: Path) -> None:
+    build_node(tmp_path, ib_ok())
+    torch_facts = run_probe(tmp_path, ("--deep", "/nonexistent/python"), memlock_kib=64)["torch"]
+    assert torch_facts["status"] == "error"
+    assert "cannot run /nonexistent/python" in torch_facts["error"]
+
+
+def test_a_broken_section_becomes_an_error_not_a_crash() -> None:
+    def boom() -> dict[str, Any]:
+        raise ValueError("bad sysfs")
+
+    assert probe.guarded(boom) == {"status": "error", "error": "ValueError: bad sysfs"}
+
+
+def test_collect_in_process_has_every_section() -> None:
+    facts = probe.collect()
+    for key in ("os", "gpu", "nccl", "rdma", "net", "peermem", "memlock", "iommu", "torch"):
+        assert facts[key]["status"] in ("ok", "absent", "error", "skipped")
+
+
+def test_hung_command_is_killed_after_its_timeout() -> None:
+    with pytest.raises(probe.CommandTimeout):
+        probe.run_command(["sleep", "30"], timeout=0.2)
+
+
+# ---------------------------------------------------------------- python 3.6 syntax
+
+def test_probe_is_python36_compatible_per_vermin() -> None:
+    vermin = Path(sys.executable).parent / "vermin"
+    result = subprocess.run([str(vermin), "-q", "-t=3.6-", "--no-tips", "--violations", str(PROBE)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
