@@ -344,7 +344,8 @@ def env_value() -> Check:
         if isinstance(value, str) or _is_number(value):
             return None
         if isinstance(value, bool):
-            return f"{value!r} is a YAML boolean; quote it (\"true\") or write 1 / 0"
+            word = str(value).lower()
+            return f"{word} is a YAML boolean; quote it (\"{word}\") or write 1 / 0"
         return f"expected a string or a number, got {_got(value)}"
     return check
 

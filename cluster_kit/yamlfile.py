@@ -140,7 +140,9 @@ def _yaml_error(path: Path, exc: yaml.MarkedYAMLError) -> YamlError:
     line = mark.line + 1 if mark is not None else 1
     problem = exc.problem or "invalid YAML"
     if exc.context and "duplicate key" not in problem:
-        problem = f"{problem} ({exc.context})"
+        started = exc.context_mark.line + 1 if exc.context_mark is not None else line
+        where = f" started on line {started}" if started != line else ""
+        problem = f"{problem} ({exc.context}{where})"
     fix = ("remove or rename one of the two keys" if "duplicate key" in problem
            else "fix the YAML syntax (indentation, quotes, `key: value`)")
     return YamlError(path, line, problem, fix=fix)
