@@ -1,0 +1,37 @@
+"""Pure checks: probe facts + profile data -> findings (SPEC's check ids).
+
+Only the checks whose expectation or network setting the profile configures
+run; each family module says when (gpu, nccl, rdma, net, system). This
+package runs on the CLI and inside jobs (cluster_kit.injob): standard library
+and `packaging` only.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from cluster_kit.checks import gpu, nccl, net, rdma, system
+from cluster_kit.checks.findings import Finding, worst
+
+__all__ = ["Finding", "evaluate", "node_status"]
+
+
+def evaluate(facts: Mapping[str, Any], profile_data: Mapping[str, Any], deep: bool = False) -> list[Finding]:
+    """Every configured check on one node's facts, in a stable order.
+
+    `profile_data` is a resolved profile (or effective job settings): its
+    `network`, `expect` and `environment` mappings are read. `deep` adds
+    nccl.torch (the probe ran with --deep).
+    """
+    return [
+        *gpu.check(facts, profile_data),
+        *nccl.check(facts, profile_data, deep),
+        *rdma.check(facts, profile_data),
+        *net.check(facts, profile_data),
+        *system.check(facts, profile_data),
+    ]
+
+
+def node_status(findings: Iterable[Finding]) -> str:
+    """The node's status: the worst of its findings (pass < warn < fail)."""
+    return worst(finding.status for finding in findings)
