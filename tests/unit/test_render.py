@@ -159,7 +159,10 @@ GOLDEN_CASES: dict[str, dict[str, Any]] = {
         output=None,
     ),
 }
-PROBE = 'import json, os\nprint(json.dumps({"slurm_node": os.environ["SLURMD_NODENAME"]}))\n'
+PROBE = (
+    "import json, os\n"
+    'print(json.dumps({"slurm_node": os.environ["SLURMD_NODENAME"], "pad": "x" * 3000}))\n'
+)
 
 
 def render(settings: dict[str, Any], **kwargs: Any) -> str:
@@ -267,14 +270,27 @@ ntasks="${ntasks:-$(( SLURM_JOB_NUM_NODES * per_node ))}"
 stdin_copy="$(mktemp)"
 if [ "$input_all" = 1 ]; then cat > "$stdin_copy"; fi
 nodes=(n1 n2 n3 n4)
+outputs=()
 rc=0
 for ((task = 0; task < ntasks; task++)); do
   node=$(( task / per_node ))
+  outputs+=("$(mktemp)")
   SLURM_PROCID=$task SLURM_LOCALID=$(( task % per_node )) SLURM_NODEID=$node \
     SLURM_NTASKS=$ntasks SLURM_NNODES=$SLURM_JOB_NUM_NODES SLURMD_NODENAME="${nodes[$node]}" \
-    "$@" < "$stdin_copy" || rc=$?
+    "$@" < "$stdin_copy" > "${outputs[-1]}" || rc=$?
 done
-rm -f "$stdin_copy"
+# Like Slurm's line-buffered I/O: whole lines in pieces of at most 1 KiB (a
+# longer line is cut), the tasks' pieces interleaved.
+python3 - "${outputs[@]}" <<'MERGE'
+import sys
+parts = [open(name, "rb").read() for name in sys.argv[1:]]
+while any(parts):
+    for i, part in enumerate(parts):
+        cut = part.rfind(b"\n", 0, 1024) + 1 or 1024
+        sys.stdout.buffer.write(part[:cut])
+        parts[i] = part[cut:]
+MERGE
+rm -f "$stdin_copy" "${outputs[@]}"
 exit "$rc"
 """
 STUB_SCONTROL = """#!/bin/bash

@@ -57,15 +57,23 @@ clusterkit_preflight="$(mktemp -d "${TMPDIR:-/tmp}/clusterkit-preflight.XXXXXX")
 trap 'rm -rf "$clusterkit_preflight"' EXIT
 cat > "$clusterkit_preflight/probe.py" <<'CLUSTERKIT_PROBE'
 import json, os
-print(json.dumps({"slurm_node": os.environ["SLURMD_NODENAME"]}))
+print(json.dumps({"slurm_node": os.environ["SLURMD_NODENAME"], "pad": "x" * 3000}))
 CLUSTERKIT_PROBE
 base64 -d > "$clusterkit_preflight/checks.pyz" <<'CLUSTERKIT_CHECKS'
 bm90IHJlYWxseSBhIHppcA==
 CLUSTERKIT_CHECKS
+# srun hands its stdin (the probe) to every task. It forwards task output in
+# pieces of at most 1 KiB, so one node's long JSON line could be cut by
+# another's: each node sends its facts base64-encoded in short lines tagged
+# with its node id, and they are put back together here, node by node.
 clusterkit_probe_rc=0
 srun --ntasks-per-node=1 --ntasks="$SLURM_JOB_NUM_NODES" --input=all \
-  python3 - --python python3 \
-  < "$clusterkit_preflight/probe.py" > "$clusterkit_preflight/facts.jsonl" || clusterkit_probe_rc=$?
+  bash -c 'set -o pipefail; python3 - --python "$1" | base64 | sed "s/^/$SLURM_NODEID /"' \
+  clusterkit-probe python3 \
+  < "$clusterkit_preflight/probe.py" > "$clusterkit_preflight/facts.b64" || clusterkit_probe_rc=$?
+sort -s -n -k1,1 "$clusterkit_preflight/facts.b64" |
+  awk '$1 != node { if (node != "") close("base64 -d"); node = $1 } { print $2 | "base64 -d" }' \
+  > "$clusterkit_preflight/facts.jsonl"
 mapfile -t clusterkit_node_list < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
 if ! python3 "$clusterkit_preflight/checks.pyz" "$clusterkit_preflight/facts.jsonl" "${clusterkit_node_list[@]}"; then
   echo "clusterkit: preflight failed (see the per-node lines above); training was not started" >&2
