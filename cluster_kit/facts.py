@@ -1,0 +1,169 @@
+"""Probe facts -> flat, dotted, stable fact names (audit tables, drift, baselines).
+
+`flatten` keeps values as the node reported them (strings; counts as decimal
+strings, booleans as "true"/"false"); unreadable values are left out rather
+than invented. Names are part of the product contract (SPEC "Audit JSON"):
+add new ones, never rename.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+FlatFacts = dict[str, str]
+
+# Facts that differ from node to node by nature, so audit leaves them out of drift.
+PER_NODE_FACTS: tuple[str, ...] = (
+    r"hostname",
+    r"gpu\.\d+\.uuid",
+    r"gpu\.\d+\.pci_bus_id",
+    r"rdma\.[^.]+\.node_guid",
+    r"rdma\.[^.]+\.sys_image_guid",
+    r"rdma\.[^.]+\.[^.]+\.lid",
+    r"rdma\.[^.]+\.[^.]+\.gid\.\d+",
+    r"net\..+\.address",
+)
+_PER_NODE = re.compile("|".join(f"(?:{pattern})" for pattern in PER_NODE_FACTS))
+
+SECTIONS = ("os", "gpu", "nccl", "rdma", "net", "peermem", "memlock", "iommu", "torch")
+PORT_KEYS = ("state", "phys_state", "rate", "link_layer", "lid", "sm_lid")
+HCA_KEYS = ("fw_ver", "board_id", "hca_type", "node_guid", "sys_image_guid")
+NET_KEYS = ("operstate", "carrier", "mtu", "speed", "address")
+GPU_KEYS = ("name", "uuid", "pci_bus_id", "memory_total")
+TORCH_KEYS = ("version", "cuda", "nccl", "cuda_available", "device_count", "distributed_nccl")
+ZERO_GID = re.compile(r"^[0:]+$")
+
+
+def is_per_node(fact: str) -> bool:
+    """Whether a flat fact differs per node by nature (GUIDs, MACs, GPU UUIDs, GIDs, ...)."""
+    return _PER_NODE.fullmatch(fact) is not None
+
+
+def text(value: Any) -> str | None:
+    """A fact value as a string: booleans "true"/"false", None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def put(flat: FlatFacts, name: str, value: Any) -> None:
+    """flat[name] = text(value), unless the node did not report it."""
+    shown = text(value)
+    if shown is not None and shown != "":
+        flat[name] = shown
+
+
+def mapping(value: Any) -> Mapping[str, Any]:
+    """`value` if it is a mapping, else {} (a section the probe did not send)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def put_keys(flat: FlatFacts, prefix: str, data: Mapping[str, Any], keys: Iterable[str]) -> None:
+    """prefix.key for each of `keys` the node reported."""
+    for key in keys:
+        put(flat, f"{prefix}.{key}", data.get(key))
+
+
+def flatten_os(flat: FlatFacts, os_facts: Mapping[str, Any]) -> None:
+    """os.kernel, os.release, os.arch, os.python."""
+    put(flat, "os.kernel", os_facts.get("kernel"))
+    put(flat, "os.release", os_facts.get("os_release"))
+    put(flat, "os.arch", os_facts.get("arch"))
+    put(flat, "os.python", os_facts.get("python"))
+
+
+def flatten_gpu(flat: FlatFacts, gpu: Mapping[str, Any]) -> None:
+    """gpu.count, gpu.model, gpu.driver, gpu.cuda and gpu.<i>.* per GPU."""
+    gpus = [mapping(g) for g in gpu.get("gpus") or []]
+    put(flat, "gpu.count", len(gpus))
+    put(flat, "gpu.model", ", ".join(sorted({str(g.get("name")) for g in gpus if g.get("name")})))
+    put(flat, "gpu.driver", gpu.get("driver"))
+    put(flat, "gpu.cuda", gpu.get("cuda"))
+    for position, one in enumerate(gpus):
+        put_keys(flat, f"gpu.{one.get('index', position)}", one, GPU_KEYS)
+
+
+def flatten_nccl(flat: FlatFacts, nccl: Mapping[str, Any]) -> None:
+    """nccl.version, nccl.path, nccl.source (the library a job loads first)."""
+    put_keys(flat, "nccl", nccl, ("version", "path", "source"))
+
+
+def flatten_port(flat: FlatFacts, prefix: str, port: Mapping[str, Any]) -> None:
+    """rdma.<hca>.<port>.{state,...} and its populated GIDs (gid.<i>, .type, .ndev)."""
+    put_keys(flat, prefix, port, PORT_KEYS)
+    types, ndevs = mapping(port.get("gid_types")), mapping(port.get("gid_ndevs"))
+    for index, gid in mapping(port.get("gids")).items():
+        if ZERO_GID.match(str(gid)) and index not in types:
+            continue
+        put(flat, f"{prefix}.gid.{index}", gid)
+        put(flat, f"{prefix}.gid.{index}.type", types.get(index))
+        put(flat, f"{prefix}.gid.{index}.ndev", ndevs.get(index))
+
+
+def flatten_rdma(flat: FlatFacts, rdma: Mapping[str, Any]) -> None:
+    """rdma.hcas (names) and rdma.<hca>.* / rdma.<hca>.<port>.*."""
+    hcas = mapping(rdma.get("hcas"))
+    put(flat, "rdma.hcas", ",".join(hcas))
+    for name, hca_data in hcas.items():
+        hca = mapping(hca_data)
+        put_keys(flat, f"rdma.{name}", hca, HCA_KEYS)
+        for number, port in mapping(hca.get("ports")).items():
+            flatten_port(flat, f"rdma.{name}.{number}", mapping(port))
+
+
+def flatten_net(flat: FlatFacts, net: Mapping[str, Any]) -> None:
+    """net.<if>.{operstate,carrier,mtu,speed,address}."""
+    for name, interface in mapping(net.get("interfaces")).items():
+        put_keys(flat, f"net.{name}", mapping(interface), NET_KEYS)
+
+
+def peermem_value(peermem: Mapping[str, Any]) -> str:
+    """The loaded peer-memory module(s), or "none"."""
+    loaded = [name for name in ("nvidia_peermem", "nv_peer_mem") if peermem.get(name)]
+    return ",".join(loaded) or "none"
+
+
+FLATTENERS = {"os": flatten_os, "gpu": flatten_gpu, "nccl": flatten_nccl, "rdma": flatten_rdma, "net": flatten_net}
+
+
+def flatten_section(flat: FlatFacts, name: str, data: Mapping[str, Any]) -> None:
+    """One probe section's flat facts (only `<name>.status`/`.error` when it is not ok)."""
+    status = data.get("status")
+    if status == "skipped":
+        return
+    if status != "ok":
+        put(flat, f"{name}.status", status or "missing")
+        put(flat, f"{name}.error", data.get("error"))
+        return
+    if name in FLATTENERS:
+        FLATTENERS[name](flat, data)
+    elif name == "peermem":
+        put(flat, "rdma.peermem", peermem_value(data))
+    elif name == "memlock":
+        put(flat, "sys.memlock", data.get("soft_kib"))
+        put(flat, "sys.memlock_hard", data.get("hard_kib"))
+    elif name == "iommu":
+        put_keys(flat, "iommu", data, ("groups", "cmdline"))
+    elif name == "torch":
+        put_keys(flat, "torch", data, TORCH_KEYS)
+
+
+def flatten(facts: Mapping[str, Any]) -> FlatFacts:
+    """Probe facts (docs/architecture.md "Probe facts") -> {dotted name: string value}.
+
+    A section that is absent or failed yields `<section>.status` and
+    `<section>.error` (e.g. gpu.status = "error"), so drift shows it.
+    """
+    flat: FlatFacts = {}
+    put(flat, "hostname", facts.get("hostname"))
+    for name in SECTIONS:
+        flatten_section(flat, name, mapping(facts.get(name)))
+    return flat
+
+
+def comparable(flat: Mapping[str, str]) -> FlatFacts:
+    """The flat facts drift compares: everything but PER_NODE_FACTS."""
+    return {name: value for name, value in flat.items() if not is_per_node(name)}
