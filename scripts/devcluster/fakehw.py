@@ -46,7 +46,7 @@ def ib_node(hcas, gpus, peermem=True, down=()):
     """A node with `hcas` InfiniBand HCAs (mlx5_0..), port 1 of those in `down` DOWN."""
     ports = []
     for i in range(hcas):
-        port = dict(PORT_DOWN if "mlx5_%d" % i in down else PORT_ACTIVE_NDR)
+        port = dict(PORT_DOWN if f"mlx5_{i}" in down else PORT_ACTIVE_NDR)
         port["link_layer"] = "InfiniBand"
         ports.append(port)
     return {"fabric": "ib", "ports": ports, "gpus": gpus, "peermem": peermem}
@@ -105,23 +105,23 @@ def clear_dir(path):
 
 def guid(node_index, hca_index):
     """A node GUID in the kernel's format: four colon-separated 16-bit groups."""
-    return "b83f:d203:00%02x:%04x" % (node_index, 0xa000 + hca_index)
+    return f"b83f:d203:00{node_index:02x}:{0xa000 + hca_index:04x}"
 
 
 def mac(node_index, if_index):
-    return "b8:3f:d2:%02x:%02x:10" % (node_index, if_index)
+    return f"b8:3f:d2:{node_index:02x}:{if_index:02x}:10"
 
 
 def eui64_from_mac(address):
     """The interface id part of a link-local GID, derived from a MAC (RFC 4291)."""
     octets = [int(part, 16) for part in address.split(":")]
     octets = [octets[0] ^ 0x02] + octets[1:3] + [0xff, 0xfe] + octets[3:]
-    return ["%02x%02x" % (octets[i], octets[i + 1]) for i in range(0, 8, 2)]
+    return [f"{octets[i]:02x}{octets[i + 1]:02x}" for i in range(0, 8, 2)]
 
 
 def ipv4_mapped_gid(node_index, if_index):
     """The GID RoCE derives from the netdev's IPv4 address 10.<if+1>.0.<node+1>."""
-    return "0000:0000:0000:0000:0000:ffff:0a%02x:00%02x" % (if_index + 1, node_index + 1)
+    return f"0000:0000:0000:0000:0000:ffff:0a{if_index + 1:02x}:00{node_index + 1:02x}"
 
 
 def gid_table(spec, node_index, hca_index):
@@ -133,7 +133,7 @@ def gid_table(spec, node_index, hca_index):
     link_local = ":".join(["fe80", "0000", "0000", "0000"]
                           + eui64_from_mac(mac(node_index, hca_index)))
     mapped = ipv4_mapped_gid(node_index, hca_index)
-    netdev = "eth%d" % hca_index
+    netdev = f"eth{hca_index}"
     for index, value in enumerate([link_local, link_local, mapped, mapped]):
         gids[index] = value
     types = dict(enumerate(spec["gid_types"]))
@@ -143,7 +143,7 @@ def gid_table(spec, node_index, hca_index):
 def build_infiniband(root, spec, node, node_index):
     """Lay out /sys/class/infiniband/<hca>/... for every HCA of the node."""
     for hca_index, port in enumerate(spec["ports"]):
-        hca = os.path.join(root, "mlx5_%d" % hca_index)
+        hca = os.path.join(root, f"mlx5_{hca_index}")
         write(os.path.join(hca, "fw_ver"), "28.39.1002")
         write(os.path.join(hca, "node_guid"), guid(node_index, hca_index))
         write(os.path.join(hca, "sys_image_guid"), guid(node_index, 0))
@@ -151,7 +151,7 @@ def build_infiniband(root, spec, node, node_index):
         write(os.path.join(hca, "hca_type"), "MT4129")
         write(os.path.join(hca, "hw_rev"), "0x0")
         write(os.path.join(hca, "node_type"), "1: CA")
-        write(os.path.join(hca, "node_desc"), "%s mlx5_%d" % (node, hca_index))
+        write(os.path.join(hca, "node_desc"), f"{node} mlx5_{hca_index}")
         build_port(os.path.join(hca, "ports", "1"), spec, port, node_index, hca_index)
 
 
@@ -185,7 +185,7 @@ def build_net(root, spec, node_index):
     eth_mtu = "9000" if spec["fabric"] == "roce" else "1500"
     eth_count = 2 if spec["fabric"] == "roce" else 1
     for i in range(eth_count):
-        ifaces.append(("eth%d" % i, {"operstate": "up", "mtu": eth_mtu, "carrier": "1",
+        ifaces.append((f"eth{i}", {"operstate": "up", "mtu": eth_mtu, "carrier": "1",
                                      "type": "1", "flags": "0x1003",
                                      "address": mac(node_index, i)}))
     if spec["fabric"] == "ib":
@@ -193,7 +193,7 @@ def build_net(root, spec, node_index):
             up = port["state"].endswith("ACTIVE")
             address = "00:00:10:87:fe:80:00:00:00:00:00:00:" + ":".join(
                 group[j:j + 2] for group in guid(node_index, i).split(":") for j in (0, 2))
-            ifaces.append(("ib%d" % i, {"operstate": "up" if up else "down", "mtu": "4092",
+            ifaces.append((f"ib{i}", {"operstate": "up" if up else "down", "mtu": "4092",
                                         "carrier": "1" if up else "0", "type": "32",
                                         "flags": "0x1003", "address": address}))
     for ifindex, (name, attrs) in enumerate(ifaces, start=1):
@@ -217,7 +217,7 @@ MODULES = [
 def build_modules(root, proc_modules, spec):
     """/sys/module/<name>/ entries and the matching /proc/modules lines."""
     loaded = [m for m in MODULES if spec["peermem"] or m[0] != "nvidia_peermem"]
-    names = set(m[0] for m in loaded)
+    names = {m[0] for m in loaded}
     lines = []
     for name, size, users in loaded:
         users = [u for u in users if u in names]
@@ -225,24 +225,23 @@ def build_modules(root, proc_modules, spec):
         write(os.path.join(root, name, "refcnt"), str(len(users)))
         deps = "".join(u + "," for u in users) or "-"
         taint = " (OE)" if name.startswith("nvidia") else ""
-        lines.append("%s %d %d %s Live 0x0000000000000000%s" % (name, size, len(users), deps, taint))
+        lines.append(f"{name} {size} {len(users)} {deps} Live 0x0000000000000000{taint}")
     write(os.path.join(root, "nvidia", "version"), DRIVER)
     with open(proc_modules, "w") as handle:
         handle.write("\n".join(lines) + "\n")
 
 
 def gpu_uuid(node, index):
-    digest = hashlib.sha1(("%s/%d" % (node, index)).encode()).hexdigest()
-    return "GPU-%s-%s-%s-%s-%s" % (digest[:8], digest[8:12], digest[12:16],
-                                   digest[16:20], digest[20:32])
+    digest = hashlib.sha1(f"{node}/{index}".encode()).hexdigest()
+    return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
 
 
 def gpus_csv(node, count):
     """What `nvidia-smi --query-gpu=... --format=csv` prints for the node's GPUs."""
     rows = ["index, name, uuid, driver_version, memory.total [MiB], pci.bus_id"]
     for i in range(count):
-        rows.append("%d, %s, %s, %s, %s, 00000000:%s:00.0"
-                    % (i, H100[0], gpu_uuid(node, i), DRIVER, H100[1], PCI_BUS_IDS[i]))
+        rows.append(f"{i}, {H100[0]}, {gpu_uuid(node, i)}, {DRIVER}, {H100[1]}, "
+                    f"00000000:{PCI_BUS_IDS[i]}:00.0")
     return "\n".join(rows)
 
 

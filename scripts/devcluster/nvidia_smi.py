@@ -59,7 +59,7 @@ def parse_args(argv):
         name, eq, value = arg.partition("=")
         if name in ("--query-gpu", "--format", "--id", "-i") and not eq:
             if i + 1 >= len(argv):
-                fail("Option %s requires a value." % name)
+                fail(f"Option {name} requires a value.")
             value = argv[i + 1]
             i += 1
         if name == "-i":
@@ -79,7 +79,7 @@ def fail(message, code=2):
 def select(rows, ids):
     if ids is None:
         return rows
-    wanted = set(part.strip() for part in ids.split(","))
+    wanted = {part.strip() for part in ids.split(",")}
     chosen = [r for r in rows if r.get("index") in wanted or r.get("uuid") in wanted
               or r.get("pci.bus_id") in wanted]
     if not chosen:
@@ -93,12 +93,12 @@ def query(options, header, rows):
         fail('"--format" must be specified when using "--query-gpu".')
     flags = [part.strip() for part in fmt.split(",")]
     if flags[0] != "csv" or not set(flags[1:]) <= {"noheader", "nounits"}:
-        fail('"%s" is not a valid format.' % fmt)
+        fail(f'"{fmt}" is not a valid format.')
     units = dict(header)
     fields = [f.strip() for f in options["--query-gpu"].split(",") if f.strip()]
     out = []
     if "noheader" not in flags:
-        out.append(", ".join(f + (" [%s]" % units[ALIASES.get(f, f)]
+        out.append(", ".join(f + (f" [{units[ALIASES.get(f, f)]}]"
                                   if units.get(ALIASES.get(f, f)) else "") for f in fields))
     for row in rows:
         out.append(", ".join(value_of(f, row, units, len(rows), "nounits" in flags)
@@ -118,7 +118,7 @@ def value_of(field, row, units, count, nounits):
         return value
     if name in KNOWN_FIELDS:
         return "[N/A]"
-    fail('Field "%s" is not a valid field to query.' % field)
+    fail(f'Field "{field}" is not a valid field to query.')
     return ""
 
 
@@ -127,13 +127,11 @@ def banner(rows):
     cuda = read_cuda_version()
     rule = "+" + "-" * 89 + "+"
     lines = [rule,
-             "| NVIDIA-SMI %-22s Driver Version: %-14s CUDA Version: %-9s|"
-             % (driver, driver, cuda),
+             f"| NVIDIA-SMI {driver:<22} Driver Version: {driver:<14} CUDA Version: {cuda:<9}|",
              rule]
     for row in rows:
-        lines.append("| %3s  %-40s %-20s %-18s |" % (row.get("index", "?"), row.get("name", "?"),
-                                                     row.get("pci.bus_id", "?"),
-                                                     row.get("memory.total", "?")))
+        lines.append(f"| {row.get('index', '?'):>3}  {row.get('name', '?'):<40} "
+                     f"{row.get('pci.bus_id', '?'):<20} {row.get('memory.total', '?'):<18} |")
     lines.append(rule)
     sys.stdout.write("\n".join(lines) + "\n")
 
@@ -148,8 +146,7 @@ def main(argv):
         query(options, header, rows)
     elif "-L" in options:
         for row in rows:
-            sys.stdout.write("GPU %s: %s (UUID: %s)\n" % (row.get("index"), row.get("name"),
-                                                        row.get("uuid")))
+            sys.stdout.write(f"GPU {row.get('index')}: {row.get('name')} (UUID: {row.get('uuid')})\n")
     else:
         banner(rows)
     return 0

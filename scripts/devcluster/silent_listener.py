@@ -22,7 +22,7 @@ def main(argv):
     server.listen(256)
     # The pid file appears only once the port is bound: the caller waits on it.
     with open(pidfile + ".tmp", "w") as handle:
-        handle.write("%d\n" % os.getpid())
+        handle.write(f"{os.getpid()}\n")
     os.rename(pidfile + ".tmp", pidfile)
     held = []
     while True:
