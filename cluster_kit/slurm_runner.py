@@ -1,0 +1,374 @@
+"""The one place that runs Slurm's commands: here, or on `login.host` over SSH.
+
+`slurm.py` builds argv lists and parses text; a runner executes one argv and
+returns a `Completed`; the functions at the bottom (`submit`, `job_status`,
+`wait`, ...) are what the CLI calls, and turn Slurm's refusals into
+ClusterRefused (exit 3) carrying Slurm's own message.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from cluster_kit import slurm
+from cluster_kit.errors import ClusterRefused
+from cluster_kit.hostlist import fold
+
+DEFAULT_TIMEOUT_S = 60.0
+
+# Variables that change what Slurm's clients do. Inside a job (clusterkit run
+# from salloc/srun or a batch script) SLURM_* describe *that* job; sbatch would
+# take SLURM_/SBATCH_ ones as options or copy them into the new job, whose srun
+# then fails (e.g. SLURM_MEM_PER_CPU vs SLURM_MEM_PER_NODE). SQUEUE_/SINFO_/
+# SACCT_/SCANCEL_ ones filter or reformat the output the parsers read.
+SCRUBBED_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "SQUEUE_", "SINFO_",
+                     "SACCT_", "SCANCEL_", "SCONTROL_")
+# Set by the user to pick the cluster, never by Slurm for a job: kept.
+KEPT_VARIABLES = frozenset({"SLURM_CONF", "SLURM_CLUSTERS"})
+
+NOT_FOUND_FIX = "run on a login node or set login.host in the profile"
+
+
+@dataclass(frozen=True)
+class Completed:
+    """One finished command: argv, exit status and its text output."""
+
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+class Runner(Protocol):
+    """Runs one argv (locally or remotely) and returns its Completed."""
+
+    where: str
+
+    def run(self, argv: Sequence[str], stdin: str | None = None,
+            timeout: float = DEFAULT_TIMEOUT_S) -> Completed: ...
+
+
+def scrubbed_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` without the variables that would leak into Slurm's clients."""
+    return {
+        name: value for name, value in environ.items()
+        if name in KEPT_VARIABLES or not name.startswith(SCRUBBED_PREFIXES)
+    }
+
+
+class LocalRunner:
+    """Runs Slurm's commands on this machine."""
+
+    where = "on this machine"
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self.env = scrubbed_environment(os.environ if environ is None else environ)
+
+    def run(self, argv: Sequence[str], stdin: str | None = None,
+            timeout: float = DEFAULT_TIMEOUT_S) -> Completed:
+        """Run argv; ClusterRefused if it is missing or outlives `timeout`."""
+        argv = list(argv)
+        try:
+            proc = subprocess.run(
+                argv, input=stdin, capture_output=True, env=self.env, timeout=timeout,
+                encoding="utf-8", errors="replace", check=False,
+            )
+        except FileNotFoundError:
+            raise ClusterRefused(f"{argv[0]} not found on this machine", fix=NOT_FOUND_FIX) from None
+        except subprocess.TimeoutExpired:
+            raise ClusterRefused(
+                f"{argv[0]} did not finish within {timeout:g} s",
+                fix="check that slurmctld answers (scontrol ping)",
+            ) from None
+        return Completed(argv, proc.returncode, proc.stdout, proc.stderr)
+
+
+class LoginRunner:
+    """Runs Slurm's commands on the profile's `login.host` over SSH.
+
+    `login` is the profile's `login` section (host plus SSH settings). The
+    SSH module is imported only when a command runs, so rendering never
+    loads paramiko.
+    """
+
+    def __init__(self, login: Mapping[str, Any], settings: Any = None) -> None:
+        self.host = str(login["host"])
+        self.login = dict(login)
+        self.settings = settings
+        self.where = f"on {self.host}"
+
+    def run(self, argv: Sequence[str], stdin: str | None = None,
+            timeout: float = DEFAULT_TIMEOUT_S) -> Completed:
+        """Run argv on the login host; ClusterRefused if SSH fails or it is missing.
+
+        The timeout is the profile's `login.command_timeout` (SSH applies it).
+        """
+        from cluster_kit import remote
+
+        argv = list(argv)
+        data = stdin.encode() if stdin is not None else None
+        result = remote.run(self.host, shlex.join(argv), self._ssh_settings(), stdin=data)
+        if result.error is not None or result.exit_status is None:
+            raise ClusterRefused(
+                f"cannot run {argv[0]} on {self.host}: {result.error or 'no exit status'}",
+                fix=f"check that `ssh {self.host}` works with the profile's login settings",
+            )
+        if result.exit_status == 127 and "not found" in result.stderr:
+            raise ClusterRefused(f"{argv[0]} not found on {self.host}",
+                                 fix="set login.host to a node with Slurm's client commands")
+        return Completed(argv, result.exit_status, result.stdout, result.stderr)
+
+    def _ssh_settings(self) -> Any:
+        if self.settings is None:
+            from cluster_kit.sshconfig import SshSettings
+
+            self.settings = SshSettings.from_profile(self.login)
+        return self.settings
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def refusal(command: str, completed: Completed, runner: Runner) -> ClusterRefused:
+    """ClusterRefused carrying Slurm's own message and, where known, the fix."""
+    message = slurm.slurm_error_message(completed.stderr, completed.stdout)
+    return ClusterRefused(f"{command} failed {runner.where}: {message}",
+                          fix=slurm.fix_for(message))
+
+
+def run_checked(runner: Runner, argv: list[str], stdin: str | None = None) -> Completed:
+    """Run argv; ClusterRefused with Slurm's message if it exits nonzero."""
+    completed = runner.run(argv, stdin=stdin)
+    if not completed.ok:
+        raise refusal(argv[0], completed, runner)
+    return completed
+
+
+# ---------------------------------------------------------------- jobs
+
+
+def submit(runner: Runner, script: str, test_only: bool = False,
+           options: Mapping[str, slurm.OptionValue] | None = None) -> str:
+    """sbatch `script` (on stdin): the job id, or with `test_only` Slurm's
+    estimate (`Job 3 to start at ... in partition debug`).
+
+    Raises ClusterRefused with Slurm's message when sbatch refuses the job.
+    """
+    argv = slurm.build_sbatch(options, test_only=test_only)
+    completed = runner.run(argv, stdin=script)
+    if not completed.ok:
+        raise refusal("sbatch --test-only" if test_only else "sbatch", completed, runner)
+    try:
+        if test_only:
+            return slurm.parse_sbatch_test_only(completed.stderr).message
+        return slurm.parse_sbatch(completed.stdout)
+    except ValueError as exc:
+        raise ClusterRefused(f"unexpected sbatch output {runner.where}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A job's state as the first Slurm source that knows it reports it."""
+
+    job_id: str
+    state: str
+    reason: str
+    nodes: str
+    elapsed: str
+    exit_code: slurm.ExitCode | None
+    stdout_path: str | None
+    source: str  # squeue | scontrol | sacct
+
+    @property
+    def phase(self) -> str:
+        return slurm.job_phase(self.state)
+
+    @property
+    def finished(self) -> bool:
+        return self.phase == "terminal"
+
+    @property
+    def exit_status(self) -> int | None:
+        """The exit status `submit --wait` reports; None while the job runs."""
+        return slurm.job_exit_code(self.state, self.exit_code) if self.finished else None
+
+    def items(self) -> Iterator[tuple[str, object]]:
+        """(field, value) pairs to print, the unset ones left out."""
+        pairs = [("job_id", self.job_id), ("state", self.state), ("phase", self.phase),
+                 ("reason", self.reason), ("nodes", self.nodes), ("elapsed", self.elapsed),
+                 ("exit_code", self.exit_code), ("exit_status", self.exit_status),
+                 ("stdout", self.stdout_path), ("source", self.source)]
+        return iter([(name, value) for name, value in pairs if value not in (None, "")])
+
+
+def job_status(runner: Runner, job_id: str) -> JobStatus:
+    """squeue for a queued or running job; scontrol, then sacct, once it ended.
+
+    Raises ClusterRefused when no source knows the job or a command fails.
+    """
+    job_id = slurm.check_job_id(job_id)
+    status = _status_from_squeue(runner, job_id)
+    if status is not None and not status.finished:
+        return status
+    return _status_from_scontrol(runner, job_id) or _status_from_sacct(runner, job_id) or _unknown(
+        job_id, status)
+
+
+def _status_from_squeue(runner: Runner, job_id: str) -> JobStatus | None:
+    completed = runner.run(slurm.build_squeue(job_id))
+    if not completed.ok:
+        if slurm.is_unknown_job(completed.stderr):
+            return None
+        raise refusal("squeue", completed, runner)
+    for row in slurm.parse_squeue(completed.stdout):
+        if row.job_id == job_id:
+            return JobStatus(job_id, row.state, row.reason, row.nodes, row.elapsed,
+                             None, None, "squeue")
+    return None
+
+
+def _scontrol_record(runner: Runner, job_id: str) -> dict[str, str] | None:
+    completed = runner.run(slurm.build_scontrol_show_job(job_id))
+    if not completed.ok:
+        if slurm.is_unknown_job(completed.stderr):
+            return None
+        raise refusal("scontrol show job", completed, runner)
+    records = slurm.parse_scontrol_show_job(completed.stdout)
+    return next((r for r in records if r.get("JobId") == job_id), records[0] if records else None)
+
+
+def _status_from_scontrol(runner: Runner, job_id: str) -> JobStatus | None:
+    record = _scontrol_record(runner, job_id)
+    if record is None:
+        return None
+    exit_code = record.get("ExitCode")
+    return JobStatus(
+        job_id, record.get("JobState", ""), record.get("Reason", ""),
+        record.get("NodeList", ""), record.get("RunTime", ""),
+        slurm.parse_exit_code(exit_code) if exit_code else None,
+        record.get("StdOut") or None, "scontrol",
+    )
+
+
+def _status_from_sacct(runner: Runner, job_id: str) -> JobStatus | None:
+    completed = runner.run(slurm.build_sacct(job_id))
+    result = slurm.parse_sacct(completed.stdout, completed.stderr)
+    if isinstance(result, slurm.AccountingDisabled):
+        return None
+    if not completed.ok:
+        raise refusal("sacct", completed, runner)
+    row = slurm.sacct_job_row(result, job_id)
+    if row is None:
+        return None
+    return JobStatus(job_id, row.state, "", row.nodes, row.elapsed, row.exit_code, None, "sacct")
+
+
+def _unknown(job_id: str, seen: JobStatus | None) -> JobStatus:
+    if seen is not None:
+        return seen
+    raise ClusterRefused(
+        f"Slurm does not know job {job_id}",
+        fix="check the id (squeue --me); without accounting (slurmdbd) Slurm forgets "
+            "a job MinJobAge seconds after it ends",
+    )
+
+
+def cancel(runner: Runner, job_id: str) -> bool:
+    """scancel the job: True if Slurm cancelled it, False if it had already ended.
+
+    Raises ClusterRefused for a job id Slurm does not know.
+    """
+    completed = runner.run(slurm.build_scancel(job_id))
+    result = slurm.parse_scancel(completed.stderr)
+    if result.already_finished:
+        return False
+    if result.error or not completed.ok:
+        raise refusal("scancel", completed, runner)
+    return True
+
+
+def wait(runner: Runner, job_id: str, poll: float = 5.0, timeout: float | None = None,
+         sleep: Callable[[float], None] = time.sleep,
+         on_status: Callable[[JobStatus], None] | None = None) -> int:
+    """Poll until the job ends; its exit status (0 only for COMPLETED).
+
+    Raises ClusterRefused if the job vanishes or `timeout` seconds pass.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        status = job_status(runner, job_id)
+        if on_status is not None:
+            on_status(status)
+        if status.exit_status is not None:
+            return status.exit_status
+        if deadline is not None and time.monotonic() >= deadline:
+            raise ClusterRefused(f"job {job_id} still {status.state} after {timeout:g} s",
+                                 fix=f"cancel it (clusterkit cancel {job_id}) or wait longer")
+        sleep(poll)
+
+
+def is_finished(runner: Runner, job_id: str) -> bool:
+    """True once the job ended, or once Slurm no longer knows it."""
+    try:
+        return job_status(runner, job_id).finished
+    except ClusterRefused as exc:
+        if "does not know job" in exc.message:
+            return True
+        raise
+
+
+def job_output_path(runner: Runner, job_id: str) -> str | None:
+    """The job's StdOut path as scontrol reports it; None once Slurm forgot the job."""
+    record = _scontrol_record(runner, slurm.check_job_id(job_id))
+    return (record or {}).get("StdOut") or None
+
+
+def read_output(runner: Runner, job_id: str, offset: int = 0) -> str:
+    """The job's output file from byte `offset` on ("" while it does not exist yet).
+
+    Read through the runner, so it works where the file is: on the login
+    host's shared file system, or here.
+    """
+    path = job_output_path(runner, job_id)
+    if path is None:
+        raise ClusterRefused(f"Slurm no longer knows job {job_id}'s output file",
+                             fix="read the file the job's --output option names")
+    completed = runner.run(["tail", "-c", f"+{int(offset) + 1}", "--", path])
+    if not completed.ok:
+        if "No such file" in completed.stderr:
+            return ""
+        raise ClusterRefused(f"cannot read {path} {runner.where}: {completed.stderr.strip()}")
+    return completed.stdout
+
+
+# ---------------------------------------------------------------- nodes
+
+
+def node_states(runner: Runner, partition: str | None = None) -> list[slurm.NodeRow]:
+    """Every node of the partition (or cluster) with its state and reason."""
+    completed = run_checked(runner, slurm.build_sinfo_nodes(partition))
+    return slurm.parse_sinfo_nodes(completed.stdout)
+
+
+def partition_nodes(runner: Runner, partition: str | None) -> list[str]:
+    """Node names of the partition; ClusterRefused if it has none."""
+    nodes = [row.node for row in node_states(runner, partition)]
+    if not nodes:
+        raise ClusterRefused(f"sinfo lists no nodes for partition {partition!r} {runner.where}",
+                             fix="check slurm.partition in the profile, or set nodes")
+    return nodes
+
+
+def update_nodes(runner: Runner, nodes: Sequence[str], state: str,
+                 reason: str | None = None) -> None:
+    """DRAIN/DOWN (with a reason), RESUME or UNDRAIN the nodes via scontrol."""
+    run_checked(runner, slurm.build_scontrol_update_nodes(fold(nodes), state, reason))
