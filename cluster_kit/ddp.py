@@ -8,7 +8,8 @@ graphs notes:
 * DDP is built on a side stream (:func:`wrap_ddp`), and DDP's async error handling
   is off before the process group starts (:func:`prepare_process_group_env`; PyTorch
   >= 2.1 also keeps graph-captured collectives away from the NCCL watchdog by itself).
-* at least 11 DDP-enabled eager iterations run on a side stream before capture;
+* at least 11 DDP-enabled eager iterations run before capture, on the same side
+  stream (:func:`capture_stream`) that DDP was built and the graph is captured on;
 * gradients are set to ``None`` before capture, so the captured backward writes them
   fresh on every replay instead of accumulating;
 * every new batch is ``copy_``-ed into static input/target tensors and the loss is
@@ -47,6 +48,7 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 
 LOG = logging.getLogger("cluster_kit.ddp")
 _LOGGED: set[str] = set()
+_CAPTURE_STREAMS: dict[int, torch.cuda.Stream] = {}
 
 
 def graphs_requested(environ: dict[str, str] | None = None) -> bool:
@@ -75,19 +77,40 @@ def module_device(module: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-def wrap_ddp(module: nn.Module, **ddp_kwargs: Any) -> nn.Module:
-    """Wrap ``module`` in DistributedDataParallel, built on a side stream on a GPU.
+def capture_stream(device: torch.device) -> torch.cuda.Stream:
+    """The one side stream per GPU on which DDP is built, warmed up and captured.
+
+    DDP keeps the AccumulateGrad nodes it met at construction; building it,
+    warming up and capturing on different streams makes autograd join those
+    streams inside the graph (PyTorch >= 2.11 warns about exactly that).
+    """
+    index = torch.device(device).index
+    key = torch.cuda.current_device() if index is None else index
+    if key not in _CAPTURE_STREAMS:
+        _CAPTURE_STREAMS[key] = torch.cuda.Stream(key)
+    return _CAPTURE_STREAMS[key]
+
+
+def wrap_ddp(
+    module: nn.Module, for_capture: bool | None = None, **ddp_kwargs: Any
+) -> nn.Module:
+    """Wrap ``module`` in DistributedDataParallel, on the capture stream when graphed.
 
     Capturing the full backward pass needs DDP constructed in a side-stream
-    context. On the CPU this is plain ``DistributedDataParallel(module)``.
+    context: with ``for_capture`` (default: ``CLUSTERKIT_CUDA_GRAPHS=1``) and a
+    CUDA module it is built on :func:`capture_stream`; otherwise this is plain
+    ``DistributedDataParallel(module, **ddp_kwargs)``.
     """
     from torch.nn.parallel import DistributedDataParallel
 
     device = module_device(module)
+    wanted = graphs_requested() if for_capture is None else for_capture
     if device.type != "cuda":
         return DistributedDataParallel(module, **ddp_kwargs)
     ddp_kwargs.setdefault("device_ids", [device.index])
-    side = torch.cuda.Stream(device)
+    if not wanted:
+        return DistributedDataParallel(module, **ddp_kwargs)
+    side = capture_stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
         wrapped = DistributedDataParallel(module, **ddp_kwargs)
@@ -259,7 +282,7 @@ class GraphedStep:
         inputs, targets = example_batch
         self._static_inputs = inputs.detach().to(self.device, copy=True)
         self._static_targets = targets.detach().to(self.device, copy=True)
-        side = torch.cuda.Stream(self.device)
+        side = capture_stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
             for _ in range(self.warmup):
