@@ -20,8 +20,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from typing import cast
 
 import paramiko
+from paramiko.common import cMSG_CHANNEL_REQUEST
 from paramiko.ssh_exception import IncompatiblePeer
 
 from cluster_kit.errors import ClusterRefused, InputError
@@ -211,7 +213,7 @@ def _connect(ctx: _Context, endpoint: Endpoint, attempt: _Attempt,
     """An authenticated transport to `endpoint`, held by `attempt`."""
     connect_deadline = time.monotonic() + endpoint.connect_timeout
     attempt.phase = f"connecting to {endpoint.address}"
-    sock: socket.socket | paramiko.Channel
+    sock: socket.socket | _ChannelSocket
     if via is not None:
         sock = _open_forwarded(via, endpoint, connect_deadline)
     else:
@@ -262,14 +264,77 @@ def _socket_failure(exc: OSError | None, endpoint: Endpoint) -> str:
     return f"cannot connect to {endpoint.address}: {reason}"
 
 
-def _open_forwarded(via: paramiko.Transport, endpoint: Endpoint, deadline: float) -> paramiko.Channel:
+class _Transport(paramiko.Transport):
+    """paramiko's Transport, keeping the server's reason when a channel cannot be
+    opened: sshd says "Connection refused" or "Name or service not known", while
+    paramiko's exception only says "Connect failed" for all of them."""
+
+    def __init__(self, sock: socket.socket | _ChannelSocket) -> None:
+        super().__init__(cast(socket.socket, sock))  # paramiko only needs the socket methods
+        self._open_failures: dict[int, str] = {}
+        self._opener = threading.local()  # which channel id this thread asked for
+
+    def _next_channel(self) -> int:
+        chanid: int = super()._next_channel()  # type: ignore[misc]
+        self._opener.chanid = chanid
+        return chanid
+
+    def _parse_channel_open_failure(self, m: paramiko.Message) -> None:
+        chanid = m.get_int()
+        m.get_int()
+        self._open_failures[chanid] = m.get_text()
+        m.rewind()
+        super()._parse_channel_open_failure(m)  # type: ignore[misc]
+
+    def open_failure_reason(self) -> str:
+        """The server's reason for this thread's last refused channel, if any."""
+        return self._open_failures.pop(getattr(self._opener, "chanid", -1), "")
+
+
+class _ChannelSocket:
+    """A jump host's channel as the socket of the transport to the host behind it.
+
+    paramiko's Channel.send checks for "closed" and then writes without its lock,
+    so a close racing a send can put data after our CLOSE; sshd answers that by
+    dropping the whole jump connection, every other host's channel with it.
+    Here close() waits for an in-flight send, and nothing is sent after it.
+    """
+
+    def __init__(self, channel: paramiko.Channel) -> None:
+        self._channel = channel
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def send(self, data: bytes) -> int:
+        with self._lock:
+            if self._closed:
+                raise OSError("socket is closed")
+            return self._channel.send(data)
+
+    def recv(self, size: int) -> bytes:
+        return self._channel.recv(size)
+
+    def settimeout(self, timeout: float | None) -> None:
+        self._channel.settimeout(timeout)
+
+    def getpeername(self) -> object:
+        return self._channel.getpeername()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._channel.close()
+
+
+def _open_forwarded(via: paramiko.Transport, endpoint: Endpoint, deadline: float) -> _ChannelSocket:
     """A direct-tcpip channel from the jump host to the endpoint (ssh -W)."""
     timeout = max(0.05, deadline - time.monotonic())
     try:
-        return via.open_channel("direct-tcpip", (endpoint.hostname, endpoint.port),
-                                ("127.0.0.1", 0), timeout=timeout)
+        return _ChannelSocket(via.open_channel("direct-tcpip", (endpoint.hostname, endpoint.port),
+                                ("127.0.0.1", 0), timeout=timeout))
     except paramiko.ChannelException as exc:
-        raise _HostError(_forward_failure(exc.code, exc.text, endpoint)) from None
+        reason = via.open_failure_reason() if isinstance(via, _Transport) else ""
+        raise _HostError(_forward_failure(exc.code, reason or exc.text, endpoint)) from None
     except (paramiko.SSHException, EOFError, OSError) as exc:
         if "Timeout" in str(exc):
             raise _HostError(f"timed out connecting ({endpoint.address} via the jump host, "
@@ -292,11 +357,11 @@ def _forward_failure(code: int, text: str, endpoint: Endpoint) -> str:
     return f"cannot connect to {where}: {text or f'channel open failure {code}'}"
 
 
-def _handshake(sock: socket.socket | paramiko.Channel, endpoint: Endpoint, known: KnownHosts, deadline: float,
+def _handshake(sock: socket.socket | _ChannelSocket, endpoint: Endpoint, known: KnownHosts, deadline: float,
                attempt: _Attempt) -> paramiko.Transport:
     """SSH banner and key exchange, finished by `deadline` or an error."""
     attempt.phase = f"waiting for the SSH handshake of {endpoint.address}"
-    transport = paramiko.Transport(sock)
+    transport = _Transport(sock)
     attempt.hold(transport)
     remaining = max(0.05, deadline - time.monotonic())
     # paramiko's own banner timeout only as a backstop behind our deadline
@@ -549,8 +614,25 @@ def _execute(transport: paramiko.Transport, command: str, stdin: bytes | None,
         if not channel.status_event.wait(max(0.0, deadline - time.monotonic())):
             raise _CommandTimeout(timeout, out, err)
         return channel.exit_status, out, err
+    except _CommandTimeout:
+        _ask_to_stop(channel)
+        raise
     finally:
         channel.close()
+
+
+def _ask_to_stop(channel: paramiko.Channel) -> None:
+    """Send the command SIGTERM (RFC 4254 "signal" request, honoured by OpenSSH's
+    sshd): without a pty, closing the channel alone leaves it running forever.
+    paramiko has no public call for this request, hence the internal send."""
+    message = paramiko.Message()
+    message.add_byte(cMSG_CHANNEL_REQUEST)
+    message.add_int(channel.remote_chanid)
+    message.add_string("signal")
+    message.add_boolean(False)
+    message.add_string("TERM")
+    with suppress(OSError, EOFError, AttributeError, paramiko.SSHException):
+        channel.transport._send_user_message(message)  # type: ignore[union-attr]
 
 
 def _send_stdin(channel: paramiko.Channel, data: bytes, deadline: float, timeout: float) -> None:
