@@ -1,0 +1,74 @@
+"""What every command shares: the search path, runners and fan-out, rendering.
+
+Modules that touch processes or the network are imported inside the methods,
+so commands that do not need them (render, validate) never load them.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+
+
+class App:
+    """What every command needs, built once from the global options."""
+
+    def __init__(self, profile_paths: tuple[str, ...], verbose: bool) -> None:
+        from cluster_kit.config import SearchPath
+
+        self.search = SearchPath.from_environment([Path(p) for p in profile_paths])
+        self.verbose = verbose
+
+    def job(self, path: str) -> Any:
+        from cluster_kit.config import load_job
+
+        return load_job(Path(path), self.search)
+
+    def profile(self, ref: str) -> Any:
+        from cluster_kit.config import load_profile
+
+        return load_profile(ref, self.search)
+
+    def runner(self, profile_data: dict[str, Any]) -> Any:
+        """Where sbatch/squeue run: on login.host over SSH, or here."""
+        from cluster_kit import slurm_runner
+
+        login = profile_data.get("login")
+        if login and login.get("host"):
+            return slurm_runner.LoginRunner(login)
+        return slurm_runner.LocalRunner()
+
+    def fan_out(self, profile_data: dict[str, Any]) -> Any:
+        """A fan_out bound to the profile's SSH settings."""
+        from cluster_kit import remote
+
+        settings = remote.SshSettings.from_profile(profile_data.get("ssh") or {})
+
+        def run(hosts: list[str], command: str, stdin: Optional[bytes] = None, on_result: Any = None) -> list:
+            return remote.fan_out(hosts, command, settings, stdin=stdin, on_result=on_result)
+
+        return run
+
+
+pass_app = click.make_pass_decorator(App)
+
+
+def render_job(app: App, job: Any, template: Optional[str] = None, **extra: str) -> str:
+    """The job's sbatch script as text (the in-job preflight embedded when asked)."""
+    from cluster_kit.config import effective
+    from cluster_kit.render import render_script
+
+    settings = effective(job)
+    if settings.get("preflight"):
+        extra.update(embedded_sources(settings))
+    return render_script(settings, app.search.template_dirs(), template or settings["template"], **extra)
+
+
+def embedded_sources(settings: dict[str, Any]) -> dict[str, str]:
+    """Probe and checks embedded in a script that runs the in-job preflight."""
+    from cluster_kit.injob import checks_source
+    from cluster_kit.preflight import probe_source
+
+    checked = {"name": settings["profile_name"], "network": settings["network"], "expect": settings["expect"]}
+    return {"probe_source": probe_source(), "checks_source": checks_source(checked)}

@@ -1,0 +1,97 @@
+"""The `clusterkit` command line: each command parses, calls the core, echoes.
+
+Heavy or networked modules (paramiko through remote.py) are imported inside the
+commands that need them, so `clusterkit render` stays fast.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import click
+
+from cluster_kit import __version__
+from cluster_kit.app import App, pass_app, render_job
+from cluster_kit.cli_jobs import bench, cancel, logs, status, submit
+from cluster_kit.cli_nodes import preflight, probe
+from cluster_kit.errors import ValidationError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--profile-path", multiple=True, metavar="DIR",
+              help="Directory searched first for profiles and templates (repeatable).")
+@click.option("--verbose", "-v", is_flag=True, help="Say more about what is done.")
+@click.version_option(__version__, prog_name="clusterkit")
+@click.pass_context
+def cli(ctx: click.Context, profile_path: tuple[str, ...], verbose: bool) -> None:
+    """Render, check and submit multi-node PyTorch jobs on Slurm."""
+    ctx.obj = App(profile_path, verbose)
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@pass_app
+def validate(app: App, files: tuple[str, ...]) -> None:
+    """Check profiles and job files; print every problem as FILE:LINE: message."""
+    from cluster_kit.config import validate_files
+
+    problems = validate_files([Path(f) for f in files], app.search)
+    if problems:
+        raise ValidationError(problems)
+    click.echo(f"{len(files)} file(s) valid")
+
+
+@cli.group()
+def profiles() -> None:
+    """List and show cluster profiles on the search path."""
+
+
+@profiles.command("list")
+@pass_app
+def profiles_list(app: App) -> None:
+    """Every profile on the search path, first hit per name."""
+    from cluster_kit.config import list_profiles
+    from cluster_kit.report import format_table
+
+    rows = [[name, str(path)] for name, path in list_profiles(app.search)]
+    click.echo(format_table(["NAME", "PATH"], rows))
+
+
+@profiles.command("show")
+@click.argument("name")
+@pass_app
+def profiles_show(app: App, name: str) -> None:
+    """Print one profile fully resolved (extends merged, defaults applied)."""
+    import yaml
+
+    profile = app.profile(name)
+    click.echo(f"# {profile.path}")
+    click.echo(yaml.safe_dump(profile.data, sort_keys=False).rstrip())
+
+
+@cli.command()
+@click.argument("job_file", type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the script here.")
+@pass_app
+def render(app: App, job_file: str, output: Optional[str]) -> None:
+    """Print (or write) the sbatch script of JOB_FILE; touches no cluster."""
+    script = render_job(app, app.job(job_file))
+    if output:
+        Path(output).write_text(script)
+    else:
+        click.echo(script, nl=False)
+
+
+for _command in (submit, status, cancel, logs, bench, preflight, probe):
+    cli.add_command(_command)
+
+
+def main() -> None:
+    """Console entry point."""
+    try:
+        cli(prog_name="clusterkit")
+    except KeyboardInterrupt:
+        click.echo("clusterkit: interrupted", err=True)
+        sys.exit(130)
+

@@ -1,0 +1,144 @@
+"""Commands about jobs: submit, status, cancel, logs, bench."""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from typing import Any, Optional
+
+import click
+
+from cluster_kit.app import App, pass_app, render_job
+from cluster_kit.cli_nodes import refuse_on_failure, run_preflight_for, select_nodes
+from cluster_kit.errors import CheckFailed
+
+JOB_FILE = click.Path(exists=True, dir_okay=False)
+
+
+def job_runner(app: App, profile_ref: Optional[str]) -> Any:
+    """The runner of `--profile` (its login host), or a local one."""
+    if not profile_ref:
+        return app.runner({})
+    return app.runner(app.profile(profile_ref).data)
+
+
+def profile_opt(f: Any) -> Any:
+    return click.option("--profile", "profile_ref", envvar="CLUSTERKIT_PROFILE",
+                        help="Profile whose login host runs Slurm's commands.")(f)
+
+
+def submit_script(app: App, job: Any, script: str, test_only: bool, dry_run: bool) -> Optional[str]:
+    """sbatch the script (or print what would run); the job id, None otherwise."""
+    from cluster_kit import slurm, slurm_runner
+
+    argv = slurm.build_sbatch(test_only=test_only)
+    if dry_run:
+        click.echo(f"# {shlex.join(argv)} < script")
+        click.echo(script, nl=False)
+        return None
+    result = slurm_runner.submit(app.runner(job.profile.data), script, test_only=test_only)
+    click.echo(result)
+    return None if test_only else result
+
+
+@click.command()
+@click.argument("job_file", type=JOB_FILE)
+@click.option("--dry-run", is_flag=True, help="Print the sbatch command and script; submit nothing.")
+@click.option("--test-only", is_flag=True, help="Ask Slurm whether the job could run (sbatch --test-only).")
+@click.option("--no-preflight", is_flag=True, help="Skip the SSH preflight of the profile's nodes.")
+@click.option("--wait", is_flag=True, help="Wait for the job; exit with its exit code.")
+@pass_app
+def submit(app: App, job_file: str, dry_run: bool, test_only: bool, no_preflight: bool, wait: bool) -> None:
+    """Preflight, render and sbatch JOB_FILE; print the job id."""
+    from cluster_kit import slurm_runner
+
+    job = app.job(job_file)
+    script = render_job(app, job)
+    if not (dry_run or no_preflight):
+        nodes = select_nodes(app, job.profile, None)
+        report, _facts = run_preflight_for(app, job.profile, nodes, deep=False)
+        refuse_on_failure(report)
+    job_id = submit_script(app, job, script, test_only, dry_run)
+    if wait and job_id:
+        code = slurm_runner.wait(app.runner(job.profile.data), job_id)
+        click.echo(f"job {job_id} finished with exit code {code}", err=True)
+        sys.exit(code)
+
+
+@click.command()
+@click.argument("job_id")
+@profile_opt
+@pass_app
+def status(app: App, job_id: str, profile_ref: Optional[str]) -> None:
+    """The job's state (squeue, then sacct or scontrol once it ended)."""
+    from cluster_kit import slurm_runner
+    from cluster_kit.report import format_table
+
+    info = slurm_runner.job_status(job_runner(app, profile_ref), job_id)
+    click.echo(format_table(["FIELD", "VALUE"], [[k, str(v)] for k, v in info.items()]))
+
+
+@click.command()
+@click.argument("job_id")
+@profile_opt
+@pass_app
+def cancel(app: App, job_id: str, profile_ref: Optional[str]) -> None:
+    """Cancel the job (scancel)."""
+    from cluster_kit import slurm_runner
+
+    slurm_runner.cancel(job_runner(app, profile_ref), job_id)
+    click.echo(f"cancelled {job_id}")
+
+
+@click.command()
+@click.argument("job_id")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
+@profile_opt
+@pass_app
+def logs(app: App, job_id: str, follow: bool, profile_ref: Optional[str]) -> None:
+    """Print the job's output file."""
+    from cluster_kit import slurm_runner
+
+    runner = job_runner(app, profile_ref)
+    offset = 0
+    while True:
+        chunk = slurm_runner.read_output(runner, job_id, offset)
+        click.echo(chunk, nl=False)
+        offset += len(chunk.encode())
+        if not follow or slurm_runner.is_finished(runner, job_id):
+            if follow:
+                click.echo(slurm_runner.read_output(runner, job_id, offset), nl=False)
+            return
+        time.sleep(1.0)
+
+
+@click.group()
+def bench() -> None:
+    """Benchmarks that run as Slurm jobs."""
+
+
+@bench.command("allreduce")
+@click.argument("job_file", type=JOB_FILE)
+@click.option("--max-bytes", default=None, help="Largest message (e.g. 64M, 4G).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
+@pass_app
+def bench_allreduce(app: App, job_file: str, max_bytes: Optional[str], as_json: bool) -> None:
+    """Submit an all-reduce bandwidth sweep with JOB_FILE's resources; report algbw/busbw."""
+    from cluster_kit import allreduce_report, slurm_runner
+    from cluster_kit.bench import render_allreduce
+
+    job = app.job(job_file)
+    runner = app.runner(job.profile.data)
+    job_id = slurm_runner.submit(runner, render_allreduce(app, job, max_bytes), test_only=False)
+    click.echo(f"submitted all-reduce sweep as job {job_id}", err=True)
+    code = slurm_runner.wait(runner, job_id)
+    log = slurm_runner.read_output(runner, job_id, 0)
+    expect = (job.profile.data.get("expect") or {}).get("allreduce_busbw_gbps")
+    table, doc, passed = allreduce_report.summarise(allreduce_report.parse_sweep_log(log), expect)
+    click.echo(json.dumps(doc, indent=2) if as_json else table)
+    if code != 0 or not passed:
+        raise CheckFailed(f"all-reduce sweep job {job_id} " +
+                          (f"exited with {code}" if code else f"busbw below {expect} GB/s"),
+                          fix=f"read the job's log: clusterkit logs {job_id}")
+

@@ -1,0 +1,99 @@
+"""Commands that look at nodes: preflight (over SSH) and probe (this machine)."""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Callable, Optional
+
+import click
+
+from cluster_kit.app import App, pass_app
+from cluster_kit.errors import CheckFailed, InputError
+
+
+def profile_option(f: Callable) -> Callable:
+    return click.option("--profile", "profile_ref", envvar="CLUSTERKIT_PROFILE", required=True,
+                        help="Profile name or path (default: $CLUSTERKIT_PROFILE).")(f)
+
+
+def nodes_option(f: Callable) -> Callable:
+    return click.option("--nodes", "nodes_expr", metavar="HOSTLIST",
+                        help="Slurm hostlist; default: the profile's nodes, else sinfo -p PARTITION.")(f)
+
+
+def select_nodes(app: App, profile: Any, nodes_expr: Optional[str]) -> list[str]:
+    """The nodes to look at: --nodes, else the profile's `nodes`, else sinfo."""
+    from cluster_kit import hostlist, slurm_runner
+
+    expr = nodes_expr or profile.data.get("nodes")
+    if expr:
+        try:
+            return hostlist.expand(expr)
+        except ValueError as exc:
+            raise InputError(f"--nodes {expr!r}: {exc}", fix="write a Slurm hostlist such as gpu[001-004,010]")
+    partition = (profile.data.get("slurm") or {}).get("partition")
+    return slurm_runner.partition_nodes(app.runner(profile.data), partition)
+
+
+def progress(total: int) -> Optional[Callable[[Any], None]]:
+    """A per-node progress callback on stderr, only on a terminal."""
+    if not sys.stderr.isatty():
+        return None
+    done = [0]
+
+    def tick(_result: Any) -> None:
+        done[0] += 1
+        click.echo(f"\rprobed {done[0]}/{total}", err=True, nl=done[0] == total)
+
+    return tick
+
+
+def run_preflight_for(app: App, profile: Any, nodes: list[str], deep: bool) -> tuple[dict, dict]:
+    """Preflight `nodes` of `profile`: the report and the facts of each node."""
+    from cluster_kit.preflight import run_preflight
+
+    return run_preflight(nodes, profile.data, app.fan_out(profile.data), deep=deep,
+                         on_result=progress(len(nodes)))
+
+
+@click.command()
+@profile_option
+@nodes_option
+@click.option("--deep", is_flag=True, help="Also import torch with environment.python on each node.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
+@pass_app
+def preflight(app: App, profile_ref: str, nodes_expr: Optional[str], deep: bool, as_json: bool) -> None:
+    """SSH to the nodes, run the probe, evaluate the checks."""
+    from cluster_kit.preflight import exit_code
+    from cluster_kit.report import preflight_table
+
+    profile = app.profile(profile_ref)
+    report, _facts = run_preflight_for(app, profile, select_nodes(app, profile, nodes_expr), deep)
+    click.echo(json.dumps(report, indent=2) if as_json else preflight_table(report))
+    sys.exit(exit_code(report))
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="The facts as one JSON document.")
+@click.option("--deep", "deep_python", metavar="PYTHON", help="Also import torch with PYTHON.")
+def probe(as_json: bool, deep_python: Optional[str]) -> None:
+    """Run the node probe on this machine and print its facts."""
+    from cluster_kit import probe as node_probe
+    from cluster_kit.facts import flatten
+    from cluster_kit.report import format_table
+
+    facts = node_probe.collect(deep_python=deep_python)
+    if as_json:
+        click.echo(json.dumps(facts, indent=2))
+        return
+    click.echo(format_table(["FACT", "VALUE"], sorted(flatten(facts).items())))
+
+
+def refuse_on_failure(report: dict) -> None:
+    """Raise CheckFailed (exit 1) with the report table when a node failed."""
+    from cluster_kit.preflight import exit_code
+    from cluster_kit.report import preflight_table
+
+    if exit_code(report):
+        raise CheckFailed("preflight failed; not submitting\n" + preflight_table(report),
+                          fix="fix or exclude the failing nodes, or submit with --no-preflight")

@@ -1,0 +1,64 @@
+"""Reports for people: nodes grouped by identical outcome, hostlists folded.
+
+A thousand healthy nodes print as one line; each distinct problem prints once
+with the folded list of nodes that share it.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+from cluster_kit.hostlist import fold
+
+SEVERITY = {"unreachable": 0, "fail": 1, "warn": 2, "pass": 3}
+
+
+def format_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """Left-aligned columns separated by two spaces; the last column is not padded."""
+    rows = [list(map(str, r)) for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    lines = []
+    for cells in [list(headers)] + rows:
+        padded = [c.ljust(w) for c, w in zip(cells[:-1], widths)] + [cells[-1]]
+        lines.append("  ".join(padded).rstrip())
+    return "\n".join(lines)
+
+
+def _problem_key(entry: dict[str, Any]) -> tuple:
+    problems = tuple((c["id"], c["status"], c["message"], c.get("fix") or "")
+                     for c in entry["checks"] if c["status"] != "pass")
+    return (entry["status"], problems)
+
+
+def group_outcomes(entries: Sequence[dict[str, Any]]) -> list[tuple[str, str, tuple, int]]:
+    """(status, folded nodes, problems, checks passed) per group of identical outcome."""
+    groups: dict[tuple, list[str]] = {}
+    passed: dict[tuple, int] = {}
+    for entry in entries:
+        key = _problem_key(entry)
+        groups.setdefault(key, []).append(entry["node"])
+        passed.setdefault(key, sum(c["status"] == "pass" for c in entry["checks"]))
+    ordered = sorted(groups, key=lambda k: (SEVERITY[k[0]], groups[k][0]))
+    return [(k[0], fold(groups[k]), k[1], passed[k]) for k in ordered]
+
+
+def preflight_rows(entries: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """Table rows: one per problem of each group, one per healthy group."""
+    rows = []
+    for status, nodes, problems, passed in group_outcomes(entries):
+        if not problems:
+            rows.append([status, nodes, "-", f"all {passed} checks passed"])
+        for check_id, check_status, message, fix in problems:
+            text = f"{message} (fix: {fix})" if fix else message
+            rows.append([check_status, nodes, check_id, text])
+    return rows
+
+
+def summary_line(summary: dict[str, int]) -> str:
+    """`N pass, N warn, N fail, N unreachable`."""
+    return ", ".join(f"{summary[k]} {k}" for k in ("pass", "warn", "fail", "unreachable"))
+
+
+def preflight_table(report: dict[str, Any]) -> str:
+    """The preflight report for a terminal."""
+    table = format_table(["STATUS", "NODES", "CHECK", "MESSAGE"], preflight_rows(report["nodes"]))
+    return f"{table}\n\nprofile {report['profile']}: {summary_line(report['summary'])}"
