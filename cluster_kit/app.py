@@ -6,7 +6,7 @@ so commands that do not need them (render, validate) never load them.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import click
 
@@ -45,7 +45,7 @@ class App:
 
         settings = remote.SshSettings.from_profile(profile_data.get("ssh") or {})
 
-        def run(hosts: list[str], command: str, stdin: Optional[bytes] = None, on_result: Any = None) -> list:
+        def run(hosts: list[str], command: str, stdin: bytes | None = None, on_result: Any = None) -> list:
             return remote.fan_out(hosts, command, settings, stdin=stdin, on_result=on_result)
 
         return run
@@ -54,7 +54,7 @@ class App:
 pass_app = click.make_pass_decorator(App)
 
 
-def render_job(app: App, job: Any, template: Optional[str] = None, **extra: str) -> str:
+def render_job(app: App, job: Any, template: str | None = None, **extra: str) -> str:
     """The job's sbatch script as text (the in-job preflight embedded when asked)."""
     from cluster_kit.config import effective
     from cluster_kit.render import render_script

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
 
 import click
 
@@ -74,7 +73,7 @@ def profiles_show(app: App, name: str) -> None:
 @click.argument("job_file", type=click.Path(exists=True, dir_okay=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the script here.")
 @pass_app
-def render(app: App, job_file: str, output: Optional[str]) -> None:
+def render(app: App, job_file: str, output: str | None) -> None:
     """Print (or write) the sbatch script of JOB_FILE; touches no cluster."""
     script = render_job(app, app.job(job_file))
     if output:

@@ -5,7 +5,7 @@ import json
 import shlex
 import sys
 import time
-from typing import Any, Optional
+from typing import Any
 
 import click
 
@@ -16,7 +16,7 @@ from cluster_kit.errors import CheckFailed
 JOB_FILE = click.Path(exists=True, dir_okay=False)
 
 
-def job_runner(app: App, profile_ref: Optional[str]) -> Any:
+def job_runner(app: App, profile_ref: str | None) -> Any:
     """The runner of `--profile` (its login host), or a local one."""
     if not profile_ref:
         return app.runner({})
@@ -28,7 +28,7 @@ def profile_opt(f: Any) -> Any:
                         help="Profile whose login host runs Slurm's commands.")(f)
 
 
-def submit_script(app: App, job: Any, script: str, test_only: bool, dry_run: bool) -> Optional[str]:
+def submit_script(app: App, job: Any, script: str, test_only: bool, dry_run: bool) -> str | None:
     """sbatch the script (or print what would run); the job id, None otherwise."""
     from cluster_kit import slurm, slurm_runner
 
@@ -70,7 +70,7 @@ def submit(app: App, job_file: str, dry_run: bool, test_only: bool, no_preflight
 @click.argument("job_id")
 @profile_opt
 @pass_app
-def status(app: App, job_id: str, profile_ref: Optional[str]) -> None:
+def status(app: App, job_id: str, profile_ref: str | None) -> None:
     """The job's state (squeue, then sacct or scontrol once it ended)."""
     from cluster_kit import slurm_runner
     from cluster_kit.report import format_table
@@ -83,7 +83,7 @@ def status(app: App, job_id: str, profile_ref: Optional[str]) -> None:
 @click.argument("job_id")
 @profile_opt
 @pass_app
-def cancel(app: App, job_id: str, profile_ref: Optional[str]) -> None:
+def cancel(app: App, job_id: str, profile_ref: str | None) -> None:
     """Cancel the job (scancel)."""
     from cluster_kit import slurm_runner
 
@@ -96,7 +96,7 @@ def cancel(app: App, job_id: str, profile_ref: Optional[str]) -> None:
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
 @profile_opt
 @pass_app
-def logs(app: App, job_id: str, follow: bool, profile_ref: Optional[str]) -> None:
+def logs(app: App, job_id: str, follow: bool, profile_ref: str | None) -> None:
     """Print the job's output file."""
     from cluster_kit import slurm_runner
 
@@ -123,7 +123,7 @@ def bench() -> None:
 @click.option("--max-bytes", default=None, help="Largest message (e.g. 64M, 4G).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
 @pass_app
-def bench_allreduce(app: App, job_file: str, max_bytes: Optional[str], as_json: bool) -> None:
+def bench_allreduce(app: App, job_file: str, max_bytes: str | None, as_json: bool) -> None:
     """Submit an all-reduce bandwidth sweep with JOB_FILE's resources; report algbw/busbw."""
     from cluster_kit import allreduce_report, slurm_runner
     from cluster_kit.bench import render_allreduce

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -21,7 +22,7 @@ def nodes_option(f: Callable) -> Callable:
                         help="Slurm hostlist; default: the profile's nodes, else sinfo -p PARTITION.")(f)
 
 
-def select_nodes(app: App, profile: Any, nodes_expr: Optional[str]) -> list[str]:
+def select_nodes(app: App, profile: Any, nodes_expr: str | None) -> list[str]:
     """The nodes to look at: --nodes, else the profile's `nodes`, else sinfo."""
     from cluster_kit import hostlist, slurm_runner
 
@@ -35,7 +36,7 @@ def select_nodes(app: App, profile: Any, nodes_expr: Optional[str]) -> list[str]
     return slurm_runner.partition_nodes(app.runner(profile.data), partition)
 
 
-def progress(total: int) -> Optional[Callable[[Any], None]]:
+def progress(total: int) -> Callable[[Any], None] | None:
     """A per-node progress callback on stderr, only on a terminal."""
     if not sys.stderr.isatty():
         return None
@@ -62,7 +63,7 @@ def run_preflight_for(app: App, profile: Any, nodes: list[str], deep: bool) -> t
 @click.option("--deep", is_flag=True, help="Also import torch with environment.python on each node.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
 @pass_app
-def preflight(app: App, profile_ref: str, nodes_expr: Optional[str], deep: bool, as_json: bool) -> None:
+def preflight(app: App, profile_ref: str, nodes_expr: str | None, deep: bool, as_json: bool) -> None:
     """SSH to the nodes, run the probe, evaluate the checks."""
     from cluster_kit.preflight import exit_code
     from cluster_kit.report import preflight_table
@@ -76,7 +77,7 @@ def preflight(app: App, profile_ref: str, nodes_expr: Optional[str], deep: bool,
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="The facts as one JSON document.")
 @click.option("--deep", "deep_python", metavar="PYTHON", help="Also import torch with PYTHON.")
-def probe(as_json: bool, deep_python: Optional[str]) -> None:
+def probe(as_json: bool, deep_python: str | None) -> None:
     """Run the node probe on this machine and print its facts."""
     from cluster_kit import probe as node_probe
     from cluster_kit.facts import flatten

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any
 
 from cluster_kit.checks import Finding, evaluate
 
@@ -24,7 +25,7 @@ def probe_source() -> str:
     return (Path(__file__).parent / "probe.py").read_text()
 
 
-def build_probe_command(deep_python: Optional[str] = None) -> str:
+def build_probe_command(deep_python: str | None = None) -> str:
     """The remote command that runs the probe read from stdin."""
     argv = ["python3", "-"]
     if deep_python:
@@ -46,7 +47,7 @@ def parse_probe_output(stdout: str) -> dict[str, Any]:
     raise ValueError("the probe printed no JSON")
 
 
-def node_findings(result: Any, profile: dict[str, Any], deep: bool) -> tuple[str, list[Finding], Optional[dict]]:
+def node_findings(result: Any, profile: dict[str, Any], deep: bool) -> tuple[str, list[Finding], dict | None]:
     """Status, findings and facts of one node from its SSH result."""
     if not result.ok and result.exit_status is None:
         return "unreachable", [Finding("ssh.reachable", "unreachable", result.error or "no answer",
@@ -72,7 +73,7 @@ def _reach_fix(error: str) -> str:
     return "check that the node is up and sshd answers (ssh.connect_timeout, ssh.proxy_jump)"
 
 
-def node_entry(result: Any, profile: dict[str, Any], deep: bool) -> tuple[dict[str, Any], Optional[dict]]:
+def node_entry(result: Any, profile: dict[str, Any], deep: bool) -> tuple[dict[str, Any], dict | None]:
     """One entry of the report's `nodes` list (SPEC shape) and the node's facts."""
     status, findings, facts = node_findings(result, profile, deep)
     entry = {"node": result.host, "status": status, "elapsed_s": round(result.elapsed_s, 2),
@@ -89,7 +90,7 @@ def summarise(entries: Sequence[dict[str, Any]]) -> dict[str, int]:
 
 
 def run_preflight(hosts: Sequence[str], profile: dict[str, Any], fan_out: FanOut, *,
-                  deep: bool = False, on_result: Optional[Callable] = None) -> tuple[dict, dict]:
+                  deep: bool = False, on_result: Callable | None = None) -> tuple[dict, dict]:
     """Probe `hosts` through `fan_out` and evaluate them.
 
     Returns the SPEC's preflight report and a {node: facts} map (facts of the

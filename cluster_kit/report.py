@@ -5,7 +5,8 @@ with the folded list of nodes that share it.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from cluster_kit.hostlist import fold
 
