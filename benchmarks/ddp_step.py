@@ -193,15 +193,18 @@ def facts(device: torch.device) -> dict[str, Any]:
     }
 
 
-def format_table(rows: list[dict]) -> str:
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """Per model and optimizer: the three step times and the two ratios."""
     head = (
-        f"{'model':<22} {'batch':>6} {'eager ms':>9} {'graphed ms':>11} {'speedup':>8}"
+        f"{'model':<20} {'optimizer':<13} {'eager ms':>9} {'eager capt. ms':>14} "
+        f"{'graphed ms':>10} {'speedup':>8} {'vs capt.':>8}"
     )
     lines = [head]
     for r in rows:
         lines.append(
-            f"{r['name']:<22} {r['batch']:>6} {r['eager_ms']:>9.3f} "
-            f"{r['graphed_ms']:>11.3f} {r['speedup']:>7.2f}x"
+            f"{r['name']:<20} {r['optimizer']:<13} {r['eager_ms']:>9.3f} "
+            f"{r['eager_capturable_ms']:>14.3f} {r['graphed_ms']:>10.3f} "
+            f"{r['speedup']:>7.2f}x {r['speedup_same_optimizer']:>7.2f}x"
         )
     return "\n".join(lines)
 

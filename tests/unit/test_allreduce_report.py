@@ -150,3 +150,15 @@ def test_world_size_one_is_reported_honestly() -> None:
 )
 def test_format_size(nbytes: int, text: str) -> None:
     assert format_size(nbytes) == text
+
+
+def test_h200_one_rank_nccl_sweep_is_parsed_and_judged_honestly() -> None:
+    text = read("nccl_h200_ws1.log")  # captured on the lent H200, 8 B to 4 GiB
+    rows = parse_sweep_log(text)
+    assert [r["bytes"] for r in rows] == [8 << i for i in range(30)]
+    assert all(r["busbw_gbps"] == 0.0 and r["check"] == "ok" for r in rows)
+    assert parse_sweep_meta(text)["device_name"] == "NVIDIA H200"
+    _, doc, passed = summarise(rows, expect_busbw_gbps=None)
+    assert passed is True and doc["basis"] == "max busbw over sizes >= 256 MiB"
+    _, doc, passed = summarise(rows, expect_busbw_gbps=100)
+    assert passed is False and doc["large_message_busbw_gbps"] == 0.0
