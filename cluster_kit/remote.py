@@ -187,13 +187,21 @@ def _load_ssh_config(path: str | None) -> paramiko.SSHConfig:
         return config
 
 
+def _local_user() -> str:
+    """The user ssh would log in as by default."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry, e.g. in some containers
+        return str(os.getuid()) if hasattr(os, "getuid") else "user"
+
+
 class _Context:
     """What every host of one call shares: settings, parsed ssh_config, jump hosts."""
 
     def __init__(self, settings: SshSettings) -> None:
         self.settings = settings
         self.ssh_config = _load_ssh_config(settings.config_file)
-        self.local_user = getpass.getuser()
+        self.local_user = _local_user()
         self.jumps = _JumpPool(self)
 
     def endpoint(self, name: str, hop: Hop | None = None) -> Endpoint:
@@ -256,7 +264,7 @@ def _socket_failure(exc: OSError | None, endpoint: Endpoint) -> str:
     """One line for a failed TCP connect."""
     if isinstance(exc, ConnectionRefusedError):
         return f"connection refused ({endpoint.address})"
-    if isinstance(exc, socket.timeout):
+    if isinstance(exc, (socket.timeout, TimeoutError)):
         return f"timed out connecting ({endpoint.address}, {endpoint.connect_timeout:g}s)"
     if exc is not None and exc.errno in (113, 101, 65, 51):  # EHOSTUNREACH/ENETUNREACH
         return f"no route to host ({endpoint.address})"
@@ -641,8 +649,10 @@ def _send_stdin(channel: paramiko.Channel, data: bytes, deadline: float, timeout
         channel.settimeout(max(0.05, deadline - time.monotonic()))
         try:
             channel.sendall(data)
-        except TimeoutError:
-            raise _CommandTimeout(timeout, b"", b"") from None
+        except OSError as exc:
+            if isinstance(exc, (socket.timeout, TimeoutError)):  # distinct before Python 3.10
+                raise _CommandTimeout(timeout, b"", b"") from None
+            return  # the command exited without reading it all, as `true` would
     channel.shutdown_write()
 
 
@@ -707,7 +717,7 @@ def _failure_message(exc: BaseException, attempt: _Attempt) -> str:
 
 def describe_error(exc: BaseException) -> str:
     """One categorised line for an exception no step recognised."""
-    if isinstance(exc, socket.timeout):
+    if isinstance(exc, (socket.timeout, TimeoutError)):
         return f"no answer (timed out: {_one_line(exc) or 'socket timeout'})"
     if isinstance(exc, (EOFError, ConnectionResetError, BrokenPipeError)):
         return "connection lost (the host closed the connection)"

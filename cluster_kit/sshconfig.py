@@ -66,6 +66,7 @@ class SshSettings:
         for key in ("connect_timeout", "command_timeout"):
             if key in values:
                 values[key] = _positive(key, values[key], float)
+        parse_proxy_jump(values.get("proxy_jump"))  # a malformed chain is an input error now
         policy = values.get("host_key_policy", "strict")
         if policy not in HOST_KEY_POLICIES:
             raise InputError(f"ssh host_key_policy must be strict or accept-new, not {policy!r}",

@@ -257,6 +257,12 @@ def test_large_stdin_reaches_the_command_whole(lab: Lab) -> None:
     assert result.stdout.strip() == str(len(data))
 
 
+def test_stdin_the_command_does_not_read_is_no_error(lab: Lab) -> None:
+    result = remote.run(A, "echo ignored", lab.settings(), stdin=os.urandom(4 * 1024 * 1024))
+    assert result.ok, result.error
+    assert result.stdout == "ignored\n"
+
+
 def test_python_reads_the_script_from_stdin(lab: Lab) -> None:
     script = b"import getpass, json; print(json.dumps({'user': getpass.getuser()}))\n"
     result = remote.run(A, "python3 -", lab.settings(), stdin=script)
@@ -388,6 +394,37 @@ def test_passphrase_key_fails_fast_with_the_fix(lab: Lab) -> None:
 def test_missing_identity_file_is_named(lab: Lab) -> None:
     result = remote.run(A, "true", lab.settings(identity_file=str(lab.dir / "nope")))
     assert "nope not found" in (result.error or "")
+
+
+@pytest.fixture
+def agent(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A real ssh-agent holding the good key, for this test only."""
+    sock = str(lab.dir / f"agent-{time.monotonic_ns()}.sock")
+    proc = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.02)
+        subprocess.run(["ssh-add", "-q", lab.key], env={**os.environ, "SSH_AUTH_SOCK": sock},
+                       check=True, capture_output=True)
+        monkeypatch.setenv("SSH_AUTH_SOCK", sock)
+        yield sock
+    finally:
+        proc.terminate()
+        proc.wait(timeout=5)
+
+
+def test_agent_keys_are_tried_after_the_identity_file(lab: Lab, agent: str) -> None:
+    result = remote.run(A, "true", lab.settings(identity_file=lab.locked_key))
+    assert result.ok, result.error
+
+
+def test_identities_only_keeps_the_agent_out(lab: Lab, agent: str) -> None:
+    config = lab.dir / "ssh_config_identities_only"
+    config.write_text("Host *\n    IdentitiesOnly yes\n    GlobalKnownHostsFile /dev/null\n")
+    result = remote.run(A, "true", lab.settings(identity_file=lab.wrong_key, config_file=str(config)))
+    assert (result.error or "").startswith("authentication failed"), result.error
 
 
 # --- ssh_config and ProxyJump ---------------------------------------------------------
