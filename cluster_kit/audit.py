@@ -15,6 +15,7 @@ Drift rules:
 """
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -48,6 +49,7 @@ _REASON_UNSAFE = re.compile(r"[^A-Za-z0-9_.,:+ -]")
 # ---------------------------------------------------------------- helpers
 
 
+@functools.lru_cache(maxsize=65536)
 def node_key(name: str) -> tuple[Any, ...]:
     """Natural sort key: `gpu2` before `gpu10`, then by text so the order is total."""
     parts = _DIGITS.split(name)
@@ -109,7 +111,7 @@ def drift_entry(fact: str, values: Mapping[str, str]) -> dict[str, Any] | None:
     return {
         "fact": fact,
         "majority": majority,
-        "majority_nodes": fold_nodes(n for n, v in values.items() if v == majority),
+        "majority_nodes": fold([n for n, v in values.items() if v == majority]),
         "outliers": {n: v for n, v in values.items() if v != majority},
     }
 

@@ -26,6 +26,7 @@ from cluster_kit.audit import (
     node_key,
     summarize_changes,
 )
+from cluster_kit.hostlist import expand
 from cluster_kit.render import builtin_template_dir
 from cluster_kit.report import SEVERITY, format_table
 
@@ -37,11 +38,11 @@ CHECK_FACTS: dict[str, tuple[str, ...]] = {
     "gpu.model": ("gpu.model",),
     "gpu.driver": ("gpu.driver",),
     "nccl.library": ("nccl.*",),
-    "rdma.hca_present": ("rdma.*.fw_ver",),
+    "rdma.hca_present": ("rdma.hcas",),
     "rdma.port_state": ("rdma.*.*.state", "rdma.*.*.phys_state"),
     "rdma.link_rate": ("rdma.*.*.rate",),
     "rdma.link_layer": ("rdma.*.*.link_layer",),
-    "rdma.gid_index": ("rdma.*.*.gid_types.*",),
+    "rdma.gid_index": ("rdma.*.*.gid.*.type",),
     "rdma.peermem": ("rdma.peermem",),
     "net.socket_ifname": ("net.*.operstate",),
     "sys.memlock": ("sys.memlock",),
@@ -79,8 +80,8 @@ def problem_groups(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]
                 key = (check["status"], check["id"], check.get("message", ""), check.get("fix") or "")
                 groups.setdefault(key, []).append(entry["node"])
     ordered = sorted(groups, key=lambda k: (SEVERITY.get(k[0], 9), k[1], k[2]))
-    return [{"status": k[0], "id": k[1], "message": k[2], "fix": k[3], "nodes": fold_nodes(groups[k]),
-             "count": str(len(groups[k]))} for k in ordered]
+    return [{"status": k[0], "id": k[1], "message": k[2], "fix": k[3], "nodes": fold_nodes(groups[k])}
+            for k in ordered]
 
 
 def drained_groups(slurm: Mapping[str, Mapping[str, str]]) -> list[dict[str, str]]:
@@ -150,7 +151,7 @@ def render_table(audit: Mapping[str, Any]) -> str:
 
 def render_json(audit: Mapping[str, Any]) -> str:
     """The audit as one JSON document (SPEC "Audit JSON" plus extensions)."""
-    return json.dumps(audit, indent=1) + "\n"
+    return json.dumps(audit, separators=(",", ":")) + "\n"
 
 
 # ---------------------------------------------------------------- Markdown
@@ -196,11 +197,25 @@ def render_markdown(audit: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------- HTML
 
 
+def _related(name: str, pattern: str, messages: Sequence[str]) -> bool:
+    """Whether fact `name` is about a failing check: per-HCA patterns need the HCA in its message."""
+    if not fnmatch.fnmatchcase(name, pattern):
+        return False
+    if "*" not in pattern:
+        return True
+    hca = name.split(".")[1]
+    return any(re.search(rf"\b{re.escape(hca)}\b", message) for message in messages)
+
+
 def failing_facts(audit: Mapping[str, Any], names: Iterable[str]) -> set[str]:
     """Fact names that some node's failing check is about (see CHECK_FACTS)."""
-    patterns = {p for e in audit.get("checks", []) for c in e.get("checks", [])
-                if c.get("status") in ("fail", "warn") for p in CHECK_FACTS.get(c["id"], ())}
-    return {name for name in names if any(fnmatch.fnmatchcase(name, p) for p in patterns)}
+    messages: dict[str, list[str]] = {}
+    for entry in audit.get("checks", []):
+        for check in entry.get("checks", []):
+            if check.get("status") in ("fail", "warn"):
+                messages.setdefault(check["id"], []).append(str(check.get("message", "")))
+    return {name for name in names for check_id, texts in messages.items()
+            if any(_related(name, p, texts) for p in CHECK_FACTS.get(check_id, ()))}
 
 
 def _grid_column(name: str, nodes: Sequence[str], facts: Mapping[str, Mapping[str, str]],
@@ -247,6 +262,7 @@ def html_environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    env.filters["count_nodes"] = lambda hostlist: len(expand(hostlist))
     env.policies["json.dumps_kwargs"] = {"sort_keys": False, "separators": (",", ":")}
     return env
 

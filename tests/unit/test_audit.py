@@ -3,20 +3,15 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 
 import pytest
 
 from cluster_kit import audit
 from cluster_kit.errors import InputError
+from cluster_kit.facts import flatten, is_per_node
 
 NODES = [f"gpu{i:03d}" for i in range(1, 11)]
-PER_NODE = re.compile(r"(^hostname$|\.node_guid$|\.sys_image_guid$|\.uuid$|\.address$|\.gids\.)")
-
-
-def per_node(fact: str) -> bool:
-    """The test's stand-in for facts.py's predicate."""
-    return bool(PER_NODE.search(fact))
+per_node = is_per_node
 
 
 def healthy(node: str, index: int) -> dict[str, str]:
@@ -28,7 +23,7 @@ def healthy(node: str, index: int) -> dict[str, str]:
         "gpu.model": "NVIDIA H100 80GB HBM3",
         "gpu.driver": "550.54.15",
         "nccl.version": "2.21.5",
-        "rdma.peermem": "true",
+        "rdma.peermem": "nvidia_peermem",
         "sys.memlock": "unlimited",
         "gpu.0.uuid": f"GPU-{index:04d}0000",
         "gpu.1.uuid": f"GPU-{index:04d}0001",
@@ -41,7 +36,7 @@ def healthy(node: str, index: int) -> dict[str, str]:
             f"rdma.{hca}.1.state": "4: ACTIVE",
             f"rdma.{hca}.1.rate": "400 Gb/sec (4X NDR)",
             f"rdma.{hca}.1.link_layer": "InfiniBand",
-            f"rdma.{hca}.1.gids.0": f"fe80:0000:0000:0000:0c42:a103:00{index:02d}:0000",
+            f"rdma.{hca}.1.gid.0": f"fe80:0000:0000:0000:0c42:a103:00{index:02d}:0000",
         })
     return facts
 
@@ -89,8 +84,30 @@ def test_drift_is_sorted_by_fact_and_lists_only_differing_facts(fleet: dict) -> 
 def test_per_node_facts_never_drift(fleet: dict) -> None:
     drift = audit.compute_drift(fleet, lambda fact: False)
     facts = {entry["fact"] for entry in drift}
-    assert {"hostname", "gpu.0.uuid", "rdma.mlx5_0.node_guid", "net.eth0.address"} <= facts
-    assert not any(per_node(entry["fact"]) for entry in audit.compute_drift(fleet, per_node))
+    assert {"hostname", "gpu.0.uuid", "rdma.mlx5_0.node_guid", "net.eth0.address",
+            "rdma.mlx5_0.1.gid.0"} <= facts
+    assert not any(is_per_node(entry["fact"]) for entry in audit.compute_drift(fleet))  # the default
+
+
+def probe(node: str, driver: str, port_state: str) -> dict:
+    """Nested probe facts (docs/architecture.md) of a one-GPU, one-HCA node."""
+    return {"probe_version": 1, "hostname": node,
+            "gpu": {"status": "ok", "driver": driver, "gpus": [
+                {"index": "0", "name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-{node}"}]},
+            "rdma": {"status": "ok", "hcas": {"mlx5_0": {"fw_ver": "28.39.1002", "node_guid": node, "ports": {
+                "1": {"state": port_state, "rate": "400 Gb/sec (4X NDR)", "link_layer": "InfiniBand"}}}}},
+            "peermem": {"status": "ok", "nvidia_peermem": True, "nv_peer_mem": False}}
+
+
+def test_build_audit_flattens_probe_facts_with_facts_py() -> None:
+    facts = {"n1": probe("n1", "550.54.15", "4: ACTIVE"), "n2": probe("n2", "550.54.15", "1: DOWN"),
+             "n3": probe("n3", "535.104.05", "4: ACTIVE")}
+    report = {"nodes": [{"node": n, "status": "pass", "checks": []} for n in facts]}
+    doc = audit.build_audit("lab", report, facts)
+    assert [(d["fact"], d["majority_nodes"], d["outliers"]) for d in doc["drift"]] == [
+        ("gpu.driver", "n[1-2]", {"n3": "535.104.05"}),
+        ("rdma.mlx5_0.1.state", "n[1,3]", {"n2": "1: DOWN"})]
+    assert doc["facts"]["n1"] == flatten(facts["n1"])
 
 
 def test_uniform_fleet_has_no_drift() -> None:
@@ -183,7 +200,7 @@ def test_baseline_round_trip_and_diff(fleet: dict) -> None:
     for node in NODES[:4] + NODES[5:8]:
         now[node]["gpu.driver"] = "555.42.02"
     now["gpu002"]["rdma.mlx5_0.1.state"] = "1: DOWN"
-    now["gpu005"]["rdma.peermem"] = "false"
+    now["gpu005"]["rdma.peermem"] = "none"
     del now["gpu010"]
     now["gpu012"] = healthy("gpu012", 12)
     changes = audit.diff_baseline(saved, now)
@@ -199,7 +216,7 @@ def test_baseline_round_trip_and_diff(fleet: dict) -> None:
         "node added since the baseline: gpu012",
         "node absent (in the baseline): gpu010",
         "rdma.mlx5_0.1.state 4: ACTIVE -> 1: DOWN on gpu002",
-        "rdma.peermem true -> false on gpu005",
+        "rdma.peermem nvidia_peermem -> none on gpu005",
     ]
 
 

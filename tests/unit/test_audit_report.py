@@ -12,22 +12,19 @@ from pathlib import Path
 import pytest
 
 from cluster_kit import audit, audit_report
+from cluster_kit.facts import is_per_node
 
 HOSTILE = "<script>alert(1)</script>"
 # Breaks out of the JSON <script> block if the data were not escaped for HTML.
 BREAKOUT = "</script><img src=x onerror=\"document.body.setAttribute('data-pwned','1')\">"
-PER_NODE = re.compile(r"(^hostname$|\.node_guid$|\.uuid$|\.address$)")
-
-
-def per_node(fact: str) -> bool:
-    return bool(PER_NODE.search(fact))
+per_node = is_per_node
 
 
 def node_facts(node: str, index: int) -> dict[str, str]:
     """Flat facts of a healthy node with 8 GPUs and 8 single-port HCAs (about 60 facts)."""
     facts = {"hostname": node, "os.kernel": "5.15.0-105-generic", "gpu.count": "8",
              "gpu.model": "NVIDIA H100 80GB HBM3", "gpu.driver": "550.54.15",
-             "nccl.version": "2.21.5", "rdma.peermem": "true", "sys.memlock": "unlimited"}
+             "nccl.version": "2.21.5", "rdma.peermem": "nvidia_peermem", "sys.memlock": "unlimited"}
     for gpu in range(8):
         facts[f"gpu.{gpu}.uuid"] = f"GPU-{index:05d}{gpu:02d}-7f3a-4b2c-9d1e"
     for hca in (f"mlx5_{h}" for h in range(8)):
@@ -151,10 +148,20 @@ def test_html_summary_and_default_columns(small: dict) -> None:
     assert 'data-count="nodes">13<' in page and 'data-count="changes">11<' in page
     grid = audit_report.grid_data(small)
     shown = [c["name"] for c in grid["columns"] if c["shown"]]
-    assert "gpu.driver" in shown and "rdma.mlx5_0.1.state" in shown  # drift; failing check
-    assert "os.kernel" in shown and "gpu.count" not in shown
+    assert {"gpu.driver", "os.kernel", "rdma.mlx5_3.1.state"} <= set(shown)  # drift
+    assert "gpu.count" not in shown and "rdma.mlx5_0.1.state" not in shown
     driver = next(c for c in grid["columns"] if c["name"] == "gpu.driver")
     assert driver["values"][driver["cells"][2]] == "535.104.05" and driver["cells"][-1] == -1
+
+
+def test_facts_of_failing_checks_are_columns_even_without_drift() -> None:
+    failing = {"checks": [{"node": "n1", "checks": [
+        {"id": "gpu.driver", "status": "fail", "message": "driver 535 < 550", "fix": ""},
+        {"id": "rdma.port_state", "status": "fail", "message": "mlx5_1 port 1 is DOWN", "fix": ""}]}]}
+    names = ["gpu.driver", "gpu.count", "rdma.mlx5_1.1.state", "rdma.mlx5_1.1.phys_state",
+             "rdma.mlx5_10.1.state", "rdma.mlx5_1.1.rate"]
+    assert audit_report.failing_facts(failing, names) == {
+        "gpu.driver", "rdma.mlx5_1.1.state", "rdma.mlx5_1.1.phys_state"}
 
 
 # ---------------------------------------------------------------- HTML in Chromium
@@ -194,6 +201,8 @@ def test_html_of_1000_nodes_loads_in_chromium(tmp_path: Path) -> None:
     assert "≠ 1: DOWN" in dom and "&lt;script&gt;alert(1)&lt;/script&gt;" in dom
     every = run_chromium(tmp_path, page.as_uri() + "#all", "--dump-dom")
     assert re.search(r"1001 of 1001 nodes shown, (\d+) of \1 facts", every.stdout)
+    assert 'data-windowed="1"' in every.stdout  # 1,001 x 60 cells: only the rows in view are drawn
+    assert every.stdout.count('<th class="n" scope="row">') < 200
     shot = tmp_path / "audit.png"
     run_chromium(tmp_path, page.as_uri(), f"--screenshot={shot}", "--window-size=1400,900")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
