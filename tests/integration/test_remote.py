@@ -71,9 +71,12 @@ def _ensure_user() -> None:
 
 def _sshd_config(lab_dir: Path, name: str, address: str, port: int, log_level: str) -> Path:
     path = lab_dir / f"sshd_{name}.conf"
+    rsa = lab_dir / f"hk_{name}_rsa"
+    extra_host_keys = f"HostKey {rsa}" if rsa.exists() else ""
     path.write_text(f"""\
 ListenAddress {address}:{port}
 HostKey {lab_dir}/hk_{name}
+{extra_host_keys}
 PidFile none
 AuthorizedKeysFile {lab_dir}/authorized_keys
 PubkeyAuthentication yes
@@ -194,6 +197,8 @@ def lab() -> Iterator[Lab]:
     lab_dir.chmod(0o755)
     for name in ("a", "b", "c", "t"):
         _keygen(lab_dir / f"hk_{name}")
+    subprocess.run(["ssh-keygen", "-q", "-t", "rsa", "-b", "2048", "-N", "", "-C", "",
+                    "-f", str(lab_dir / "hk_t_rsa")], check=True)
     _keygen(lab_dir / "id_good")
     _keygen(lab_dir / "id_wrong")
     _keygen(lab_dir / "id_locked", passphrase="secret phrase")
@@ -319,6 +324,28 @@ def test_changed_key_is_refused_even_under_accept_new(lab: Lab) -> None:
     assert lab.fingerprint("c") in error and lab.fingerprint("a") in error
     assert f"ssh-keygen -f {lab.known_hosts} -R '{C}'" in error
     assert lab.known_hosts.read_text() == before
+
+
+def test_a_host_known_by_its_rsa_key_is_asked_for_that_key(lab: Lab) -> None:
+    rsa = " ".join((lab.dir / "hk_t_rsa.pub").read_text().split()[:2])
+    known = fresh_known_hosts(lab, "rsa", f"{TARGET} {rsa}\n")
+    result = remote.run(TARGET, "true", lab.settings(known_hosts=str(known)))
+    assert result.ok, result.error
+
+
+def test_hash_known_hosts_from_ssh_config_hashes_recorded_names(lab: Lab) -> None:
+    config = lab.dir / "ssh_config_hashed"
+    config.write_text("Host *\n    HashKnownHosts yes\n    GlobalKnownHostsFile /dev/null\n")
+    known = fresh_known_hosts(lab, "hashed")
+    settings = lab.settings(known_hosts=str(known), config_file=str(config),
+                            host_key_policy="accept-new")
+    assert remote.run(TARGET, "true", settings).ok
+    line = known.read_text()
+    assert line.startswith("|1|") and TARGET not in line
+    found = subprocess.run(["ssh-keygen", "-F", TARGET, "-f", str(known)], capture_output=True,
+                           text=True, check=False)
+    assert found.returncode == 0
+    assert remote.run(TARGET, "true", replace(settings, host_key_policy="strict")).ok
 
 
 def test_host_key_alias_names_the_known_hosts_entry(lab: Lab) -> None:
@@ -516,6 +543,14 @@ def test_fan_out_answers_every_host_in_order_within_the_deadline(lab: Lab) -> No
         else:
             assert (result.error or "").startswith(expected[kind]), (result.host, result.error)
     assert elapsed < 2 + 3, elapsed  # the slowest host is a silent one: connect_timeout
+
+
+def test_fan_out_keeps_to_the_fanout_limit(lab: Lab) -> None:
+    started = time.monotonic()
+    results = remote.fan_out([A] * 6, "sleep 0.6", lab.settings(fanout=2))
+    elapsed = time.monotonic() - started
+    assert all(r.ok for r in results)
+    assert elapsed >= 3 * 0.6, elapsed
 
 
 def test_fan_out_of_no_hosts(lab: Lab) -> None:
