@@ -54,15 +54,16 @@ class App:
 pass_app = click.make_pass_decorator(App)
 
 
-def render_job(app: App, job: Any, template: str | None = None, **extra: str) -> str:
+def render_job(app: App, job: Any, settings: dict[str, Any] | None = None,
+               template: str | None = None, extra: dict[str, Any] | None = None) -> str:
     """The job's sbatch script as text (the in-job preflight embedded when asked)."""
     from cluster_kit.config import effective
     from cluster_kit.render import render_script
 
-    settings = effective(job)
-    if settings.get("preflight"):
-        extra.update(embedded_sources(settings))
-    return render_script(settings, app.search.template_dirs(), template or settings["template"], **extra)
+    settings = settings or effective(job)
+    sources = embedded_sources(settings) if settings.get("preflight") else {}
+    return render_script(settings, app.search.template_dirs(), template or settings["template"],
+                         extra=extra, **sources)
 
 
 def embedded_sources(settings: dict[str, Any]) -> dict[str, str]:

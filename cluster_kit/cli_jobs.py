@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import posixpath
 import shlex
 import sys
 import time
@@ -28,6 +29,16 @@ def profile_opt(f: Any) -> Any:
                         help="Profile whose login host runs Slurm's commands.")(f)
 
 
+def job_output_dir(job: Any) -> str | None:
+    """The folder of the job's `output` file (sbatch does not create it), if any."""
+    output = job.data.get("output") or ""
+    folder = posixpath.dirname(output)
+    if not folder or "%" in folder:
+        return None
+    workdir = job.data.get("workdir")
+    return posixpath.join(workdir, folder) if workdir else folder
+
+
 def submit_script(app: App, job: Any, script: str, test_only: bool, dry_run: bool) -> str | None:
     """sbatch the script (or print what would run); the job id, None otherwise."""
     from cluster_kit import slurm, slurm_runner
@@ -37,7 +48,11 @@ def submit_script(app: App, job: Any, script: str, test_only: bool, dry_run: boo
         click.echo(f"# {shlex.join(argv)} < script")
         click.echo(script, nl=False)
         return None
-    result = slurm_runner.submit(app.runner(job.profile.data), script, test_only=test_only)
+    runner = app.runner(job.profile.data)
+    output_dir = job_output_dir(job)
+    if output_dir and not test_only:
+        runner.run(["mkdir", "-p", output_dir])
+    result = slurm_runner.submit(runner, script, test_only=test_only)
     click.echo(result)
     return None if test_only else result
 

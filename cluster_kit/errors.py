@@ -5,7 +5,7 @@ job failed, 2 bad input, 3 the cluster refused.
 """
 from __future__ import annotations
 
-from typing import IO, Any, Optional
+from typing import IO, Any
 
 import click
 
@@ -15,7 +15,7 @@ class ClusterKitError(click.ClickException):
 
     exit_code = 2
 
-    def __init__(self, message: str, fix: Optional[str] = None) -> None:
+    def __init__(self, message: str, fix: str | None = None) -> None:
         super().__init__(message)
         self.fix = fix
 
@@ -24,7 +24,7 @@ class ClusterKitError(click.ClickException):
             return f"{self.message}\n  fix: {self.fix}"
         return self.message
 
-    def show(self, file: Optional[IO[Any]] = None) -> None:
+    def show(self, file: IO[Any] | None = None) -> None:
         click.echo(f"clusterkit: error: {self.format_message()}", err=True)
 
 
@@ -41,7 +41,7 @@ class ValidationError(InputError):
         self.problems = list(problems)
         super().__init__("\n".join(self.problems))
 
-    def show(self, file: Optional[IO[Any]] = None) -> None:
+    def show(self, file: IO[Any] | None = None) -> None:
         for line in self.problems:
             click.echo(line, err=True)
 

@@ -25,11 +25,15 @@ def probe_source() -> str:
     return (Path(__file__).parent / "probe.py").read_text()
 
 
-def build_probe_command(deep_python: str | None = None) -> str:
-    """The remote command that runs the probe read from stdin."""
-    argv = ["python3", "-"]
-    if deep_python:
-        argv += ["--deep", deep_python]
+def build_probe_command(python: str, deep: bool = False) -> str:
+    """The remote command that runs the probe read from stdin.
+
+    `python` is the job's interpreter: the probe looks for libnccl in its
+    site-packages too, and imports torch with it when `deep`.
+    """
+    argv = ["python3", "-", "--python", python]
+    if deep:
+        argv += ["--deep", python]
     return shlex.join(argv)
 
 
@@ -96,8 +100,8 @@ def run_preflight(hosts: Sequence[str], profile: dict[str, Any], fan_out: FanOut
     Returns the SPEC's preflight report and a {node: facts} map (facts of the
     nodes that answered), which audit reuses.
     """
-    deep_python = profile.get("environment", {}).get("python", "python3") if deep else None
-    results = fan_out(list(hosts), build_probe_command(deep_python),
+    python = (profile.get("environment") or {}).get("python") or "python3"
+    results = fan_out(list(hosts), build_probe_command(python, deep),
                       stdin=probe_source().encode(), on_result=on_result)
     entries, facts = [], {}
     for result in results:

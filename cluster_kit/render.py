@@ -382,8 +382,12 @@ def render_script(
     template: str = "ddp",
     probe_source: str | None = None,
     checks_source: str | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> str:
     """Render the sbatch script for effective job settings; returns text, writes nothing.
+
+    `extra` adds variables for templates that need more than a job's settings
+    (the all-reduce sweep's embedded source, say).
 
     `template` is a name on the search dirs (`ddp` -> `ddp.j2`) or a path to a
     `.j2` file, whose own directory is searched first so it can include the
@@ -392,9 +396,8 @@ def render_script(
     dirs, name = _resolve_template(template, template_dirs)
     env = make_environment(dirs)
     try:
-        return env.get_template(name).render(
-            build_context(settings, probe_source, checks_source)
-        )
+        context = build_context(settings, probe_source, checks_source)
+        return env.get_template(name).render({**context, **(extra or {})})
     except jinja2.TemplateNotFound as exc:
         searched = ", ".join(str(d) for d in dirs) or "(no directories)"
         raise InputError(
