@@ -20,6 +20,8 @@ import os
 import sys
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -80,39 +82,57 @@ def eager_step(
     return step
 
 
-def make_step(
-    model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module
-) -> Step:
-    """The training step: eager, or captured in a CUDA graph when the job asks.
+def load_ddp_helper() -> Any:
+    """cluster_kit.ddp: installed, or from the checkout this example lives in."""
+    try:
+        from cluster_kit import ddp
+    except ImportError:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from cluster_kit import ddp
+    return ddp
 
-    `cuda_graphs: true` in the job file exports CLUSTERKIT_CUDA_GRAPHS=1; the
-    capture lives in cluster_kit.ddp (which must then be importable on the
-    nodes) and is only meaningful on CUDA.
+
+def build_model(device: torch.device, args: argparse.Namespace) -> nn.Module:
+    torch.manual_seed(0)  # same initial weights everywhere (DDP also broadcasts them)
+    return nn.Sequential(nn.Linear(16, args.width), nn.ReLU(), nn.Linear(args.width, 1)).to(device)
+
+
+def batch(generator: torch.Generator, device: torch.device, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    inputs = torch.randn(size, 16, generator=generator).to(device)
+    return inputs, inputs.sum(dim=1, keepdim=True)
+
+
+def make_step(model: nn.Module, device: torch.device, example: tuple[torch.Tensor, torch.Tensor]) -> tuple[nn.Module, Step]:
+    """DDP model and training step: eager, or captured in a CUDA graph.
+
+    `cuda_graphs: true` in the job file exports CLUSTERKIT_CUDA_GRAPHS=1; then
+    cluster_kit.ddp builds DDP on its capture stream and replays forward,
+    backward and optimizer step from one graph (eager, with the reason printed,
+    where capture is not possible, e.g. on CPU).
     """
-    if os.environ.get("CLUSTERKIT_CUDA_GRAPHS") == "1" and torch.cuda.is_available():
-        from cluster_kit import ddp  # torch-only helper; imported only on this path
-
-        return ddp.graphed_step(model, optimizer, loss_fn)  # type: ignore[attr-defined,no-any-return]
-    return eager_step(model, optimizer, loss_fn)
+    loss_fn = nn.MSELoss()
+    if os.environ.get("CLUSTERKIT_CUDA_GRAPHS") != "1":
+        ids = [device.index] if device.type == "cuda" else None
+        ddp_model = DistributedDataParallel(model, device_ids=ids)
+        optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.01)
+        return ddp_model, eager_step(ddp_model, optimizer, loss_fn)
+    ddp = load_ddp_helper()
+    ddp_model = ddp.wrap_ddp(model)
+    optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.01)
+    step = ddp.build_step(ddp_model, optimizer, loss_fn, example)
+    if dist.get_rank() == 0:
+        print(f"cuda_graphs: graphed={str(step.graphed).lower()} reason={step.reason or '-'}", flush=True)
+    return ddp_model, step
 
 
 def train(device: torch.device, args: argparse.Namespace) -> tuple[nn.Module, float]:
     """A few DDP steps on random data that differs per rank: (model, last loss)."""
-    torch.manual_seed(0)  # same initial weights everywhere (DDP also broadcasts them)
-    model = nn.Sequential(
-        nn.Linear(16, args.width), nn.ReLU(), nn.Linear(args.width, 1)
-    )
-    ddp_model = DistributedDataParallel(
-        model.to(device), device_ids=[device.index] if device.type == "cuda" else None
-    )
-    optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.01)
-    step = make_step(ddp_model, optimizer, nn.MSELoss())
+    model = build_model(device, args)
     generator = torch.Generator().manual_seed(1000 + dist.get_rank())
+    _ddp_model, step = make_step(model, device, batch(generator, device, args.batch))
     loss = torch.zeros(())
     for _ in range(args.steps):
-        inputs = torch.randn(args.batch, 16, generator=generator).to(device)
-        targets = inputs.sum(dim=1, keepdim=True)
-        loss = step(inputs, targets)
+        loss = step(*batch(generator, device, args.batch))
     return model, float(loss.item())
 
 
