@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from cluster_kit.errors import InputError
+from cluster_kit.facts import flatten as flatten_facts
+from cluster_kit.facts import is_per_node
 from cluster_kit.hostlist import expand, fold
 from cluster_kit.slurm import build_scontrol_update_nodes
 
@@ -40,7 +42,6 @@ PROBLEM_STATUSES = ("fail", "unreachable")
 FlatFacts = dict[str, str]
 PerNode = Callable[[str], bool]
 Flatten = Callable[[dict[str, Any]], FlatFacts]
-UpdateBuilder = Callable[[Sequence[str], str, str | None], list[str]]
 
 _DIGITS = re.compile(r"(\d+)")
 _REASON_UNSAFE = re.compile(r"[^A-Za-z0-9_.,:+ -]")
@@ -64,19 +65,6 @@ def sort_nodes(nodes: Iterable[str]) -> list[str]:
 def fold_nodes(nodes: Iterable[str]) -> str:
     """One folded hostlist of the nodes, in natural order (fold merges only neighbours)."""
     return fold(sort_nodes(nodes))
-
-
-def _default_per_node() -> PerNode:
-    """facts.py's predicate for facts that differ per node by nature."""
-    from cluster_kit import facts
-
-    return facts.is_per_node
-
-
-def _default_flatten() -> Flatten:
-    from cluster_kit import facts
-
-    return facts.flatten
 
 
 # ---------------------------------------------------------------- drift
@@ -123,7 +111,7 @@ def compute_drift(flat_facts_by_node: Mapping[str, Mapping[str, str]],
     `per_node(fact)` is true for facts that differ per node by nature; they are
     left out. Outliers are listed in natural node order.
     """
-    predicate = per_node or _default_per_node()
+    predicate = per_node or is_per_node
     entries = (drift_entry(fact, values)
                for fact, values in _values_by_fact(flat_facts_by_node, predicate).items())
     return [entry for entry in entries if entry is not None]
@@ -180,7 +168,7 @@ def drained_by_clusterkit(record: Mapping[str, str]) -> bool:
 
 def _flat_facts(facts_by_node: Mapping[str, dict[str, Any]],
                 flatten: Flatten | None) -> dict[str, FlatFacts]:
-    to_flat = flatten or _default_flatten()
+    to_flat = flatten or flatten_facts
     return {node: to_flat(facts_by_node[node]) for node in sort_nodes(facts_by_node)}
 
 
