@@ -508,7 +508,8 @@ def _str(default: Any = None) -> Field:
 
 SSH_FIELDS: dict[str, Spec] = {
     "user": Field(safe_string(NAME_CHARS, "a user name")),
-    "port": Field(integer(1, 65535), 22),
+    # No default: unset means ssh_config's Port, then 22, as with OpenSSH.
+    "port": Field(integer(1, 65535)),
     "identity_file": _str(),
     "proxy_jump": Field(safe_string(HOST_CHARS, "a ProxyJump")),
 }
@@ -518,7 +519,7 @@ LOGIN = Section({"host": Field(safe_string(HOST_CHARS, "a host name")), **SSH_FI
 
 SSH = Section({
     **SSH_FIELDS,
-    "known_hosts": _str("~/.ssh/known_hosts"),
+    "known_hosts": _str(),  # unset: ssh_config's UserKnownHostsFile, then OpenSSH's files
     "host_key_policy": Field(one_of("strict", "accept-new"), "strict"),
     "connect_timeout": Field(positive_number(), 10),
     "command_timeout": Field(positive_number(), 60),

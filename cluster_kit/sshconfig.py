@@ -27,19 +27,12 @@ SETTING_KEYS = (
 )
 # `login:` sections also name the host; that is the caller's business, not ours.
 IGNORED_PROFILE_KEYS = ("host",)
-# A profile value equal to OpenSSH's own default is taken as "not set", so that
-# ssh_config's Port / UserKnownHostsFile still apply: profile loading fills these
-# defaults in, and a filled-in default must not override the user's ssh_config.
-OPENSSH_DEFAULTS = {"port": "22", "known_hosts": "~/.ssh/known_hosts"}
-
-
 @dataclass(frozen=True)
 class SshSettings:
     """How clusterkit reaches hosts; a profile's `ssh:` or `login:` section.
 
     None means "not set": ssh_config's value applies, then OpenSSH's default.
     `connect_timeout` is an upper bound: a lower ConnectTimeout in ssh_config wins.
-    `from_profile` reads port 22 and known_hosts ~/.ssh/known_hosts as not set.
     """
 
     user: str | None = None
@@ -62,9 +55,6 @@ class SshSettings:
             raise InputError(f"unknown ssh setting(s): {', '.join(unknown)}",
                              fix=f"valid keys: {', '.join(SETTING_KEYS)}")
         values = {k: v for k, v in section.items() if k in SETTING_KEYS and v is not None}
-        for key, default in OPENSSH_DEFAULTS.items():
-            if str(values.get(key)) == default:
-                del values[key]
         for key in ("user", "identity_file", "proxy_jump", "known_hosts", "config_file"):
             if key in values:
                 values[key] = str(values[key])

@@ -239,7 +239,7 @@ def test_extends_deep_merges_child_wins_lists_replaced(search: SearchPath) -> No
     assert "extends" not in data
     assert profile.chain == [DATA / "good-child.yaml", DATA / "good-parent.yaml"]
     assert data["ssh"]["user"] == "alice" and data["ssh"]["fanout"] == 8
-    assert data["ssh"]["host_key_policy"] == "strict" and data["ssh"]["port"] == 22  # defaults
+    assert data["ssh"]["host_key_policy"] == "strict" and data["ssh"]["port"] is None  # defaults: unset port is ssh_config's
     assert data["login"] is None
     assert data["slurm"]["partition"] == "gpu" and data["slurm"]["account"] == "proj123"
     assert data["network"]["ib_hca"] == ["mlx5_3:1"]

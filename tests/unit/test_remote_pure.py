@@ -150,12 +150,17 @@ def test_settings_from_a_profile_section() -> None:
     assert SshSettings.from_profile(None) == SshSettings()
 
 
-def test_filled_in_openssh_defaults_leave_room_for_ssh_config() -> None:
-    settings = SshSettings.from_profile({"port": 22, "known_hosts": "~/.ssh/known_hosts",
-                                         "identity_file": None})
+def test_unset_profile_values_leave_room_for_ssh_config() -> None:
+    settings = SshSettings.from_profile({"port": None, "known_hosts": None, "identity_file": None})
     assert (settings.port, settings.known_hosts, settings.identity_file) == (None, None, None)
     ep = resolve_endpoint("gpu001", {"port": "2222", "userknownhostsfile": "/cfg/kh"}, settings, "me")
     assert (ep.port, ep.user_known_hosts) == (2222, ("/cfg/kh",))
+
+
+def test_explicit_profile_port_22_overrides_ssh_config() -> None:
+    settings = SshSettings.from_profile({"port": 22})
+    ep = resolve_endpoint("gpu001", {"port": "2222"}, settings, "me")
+    assert ep.port == 22
 
 
 @pytest.mark.parametrize("section", [

@@ -99,8 +99,8 @@ def test_walker_reports_in_document_order_with_key_paths() -> None:
 def test_with_defaults_fills_sections_but_leaves_login_and_job_nccl_absent() -> None:
     profile = schema.with_defaults({"ssh": {"user": "a"}}, schema.PROFILE)
     assert profile["login"] is None
-    assert profile["ssh"] == {"user": "a", "port": 22, "identity_file": None, "proxy_jump": None,
-                              "known_hosts": "~/.ssh/known_hosts", "host_key_policy": "strict",
+    assert profile["ssh"] == {"user": "a", "port": None, "identity_file": None, "proxy_jump": None,
+                              "known_hosts": None, "host_key_policy": "strict",
                               "connect_timeout": 10, "command_timeout": 60, "fanout": 64}
     job = schema.with_defaults({"nccl": {"ib_timeout": 22}}, schema.JOB)
     assert job["nccl"] == {"ib_timeout": 22}
