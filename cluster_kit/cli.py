@@ -12,13 +12,15 @@ import click
 
 from cluster_kit import __version__
 from cluster_kit.app import App, pass_app, render_job
+from cluster_kit.cli_audit import audit
 from cluster_kit.cli_jobs import bench, cancel, logs, status, submit
 from cluster_kit.cli_nodes import preflight, probe
-from cluster_kit.errors import ValidationError
+from cluster_kit.errors import InputError, ValidationError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--profile-path", multiple=True, metavar="DIR",
+              type=click.Path(exists=True, file_okay=False),
               help="Directory searched first for profiles and templates (repeatable).")
 @click.option("--verbose", "-v", is_flag=True, help="Say more about what is done.")
 @click.version_option(__version__, prog_name="clusterkit")
@@ -77,12 +79,16 @@ def render(app: App, job_file: str, output: str | None) -> None:
     """Print (or write) the sbatch script of JOB_FILE; touches no cluster."""
     script = render_job(app, app.job(job_file))
     if output:
-        Path(output).write_text(script)
+        try:
+            Path(output).write_text(script)
+        except OSError as exc:
+            raise InputError(f"-o {output}: cannot write the script: {exc.strerror}",
+                             fix="write it into an existing folder you can write to")
     else:
         click.echo(script, nl=False)
 
 
-for _command in (submit, status, cancel, logs, bench, preflight, probe):
+for _command in (submit, status, cancel, logs, bench, preflight, probe, audit):
     cli.add_command(_command)
 
 

@@ -1,0 +1,110 @@
+"""`clusterkit audit`: fleet facts, drift, baseline changes, drain/undrain."""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cluster_kit.app import App, pass_app
+from cluster_kit.cli_nodes import (
+    nodes_option,
+    profile_option,
+    run_preflight_for,
+    select_nodes,
+)
+from cluster_kit.errors import ClusterKitError, InputError
+
+
+def load_baseline(path: str) -> dict[str, Any]:
+    """A baseline written by --save-baseline; InputError (exit 2) otherwise."""
+    from cluster_kit.audit import check_baseline
+
+    try:
+        document = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: cannot read the baseline: {exc}",
+                         fix="pass a file written by `clusterkit audit --save-baseline FILE`") from None
+    return check_baseline(document, path)
+
+
+def slurm_view(app: App, profile: Any) -> Any:
+    """Slurm's state and reason of the partition's nodes; None where Slurm is out of reach."""
+    from cluster_kit import slurm_runner
+
+    partition = (profile.data.get("slurm") or {}).get("partition")
+    try:
+        return slurm_runner.node_states(app.runner(profile.data), partition)
+    except ClusterKitError as exc:
+        click.echo(f"clusterkit: note: no Slurm node view ({exc.message})", err=True)
+        return None
+
+
+def drain_commands(audit: dict[str, Any], slurm_nodes: Any, drain: bool, undrain: bool) -> list[list[str]]:
+    """The scontrol commands for --drain (failing nodes) or --undrain (ours, passing again)."""
+    from cluster_kit import audit as fleet
+
+    if drain:
+        return fleet.build_drain_commands(fleet.drain_plan(audit))
+    if undrain:
+        return fleet.build_undrain_commands(fleet.undrain_plan(audit, slurm_nodes))
+    return []
+
+
+def apply_commands(app: App, profile: Any, commands: list[list[str]], apply: bool, out: Any) -> None:
+    """Print the commands; with --apply run them (through login.host when set)."""
+    from cluster_kit import slurm_runner
+
+    runner = app.runner(profile.data) if apply else None
+    for argv in commands:
+        click.echo(("applied: " if apply else "") + shlex.join(argv), file=out)
+        if runner is not None:
+            slurm_runner.run_checked(runner, argv)
+    if not commands:
+        click.echo("no node to drain or undrain", file=out)
+
+
+def write_output(text: str, output: str | None) -> None:
+    if output:
+        Path(output).write_text(text)
+    else:
+        click.echo(text.rstrip("\n"))
+
+
+@click.command()
+@profile_option
+@nodes_option
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown", "html"]), default="table")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report here.")
+@click.option("--save-baseline", type=click.Path(dir_okay=False), help="Save the fleet's facts to FILE.")
+@click.option("--baseline", type=click.Path(dir_okay=False), help="Report changes since FILE.")
+@click.option("--drain", is_flag=True, help="Drain the failing nodes (prints the commands; --apply runs them).")
+@click.option("--undrain", is_flag=True, help="Return nodes that clusterkit drained and that pass now.")
+@click.option("--apply", is_flag=True, help="Run the drain/undrain commands.")
+@pass_app
+def audit(app: App, profile_ref: str, nodes_expr: str | None, fmt: str, output: str | None,
+          save_baseline: str | None, baseline: str | None, drain: bool, undrain: bool, apply: bool) -> None:
+    """Fleet facts, drift between nodes, changes since a baseline, drain/undrain."""
+    from cluster_kit import audit as fleet
+    from cluster_kit.audit_report import render
+    from cluster_kit.preflight import exit_code
+
+    if (drain and undrain) or (apply and not (drain or undrain)):
+        raise InputError("use either --drain [--apply] or --undrain [--apply]",
+                         fix="without --apply the scontrol commands are printed, not run")
+    before = load_baseline(baseline) if baseline else None
+    profile = app.profile(profile_ref)
+    report, facts = run_preflight_for(app, profile, select_nodes(app, profile, nodes_expr), deep=False)
+    slurm_nodes = slurm_view(app, profile)
+    document = fleet.build_audit(profile.name, report, facts, baseline=before, slurm_nodes=slurm_nodes)
+    if save_baseline:
+        Path(save_baseline).write_text(json.dumps(fleet.save_baseline(document), indent=1))
+    write_output(render(document, fmt), output)
+    if drain or undrain:
+        keep_stdout_clean = fmt in ("json", "html") and not output
+        apply_commands(app, profile, drain_commands(document, slurm_nodes, drain, undrain), apply,
+                       sys.stderr if keep_stdout_clean else sys.stdout)
+    sys.exit(exit_code(report))
