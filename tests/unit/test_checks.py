@@ -429,3 +429,17 @@ def test_checks_never_crash_on_an_empty_document() -> None:
     findings = evaluate({}, IB_PROFILE, deep=True)
     assert {f.status for f in findings} == {"fail"}
     assert all(f.fix for f in findings)
+
+
+def test_real_h200_machine_facts() -> None:
+    """Facts the probe printed (with --deep) on a real H200 machine without InfiniBand."""
+    facts = load("real-h200")
+    profile = with_settings(IB_PROFILE, expect={"gpus_per_node": 1, "gpu_model": "H200"})
+    assert finding(facts, profile, "gpu.count").message == "nvidia-smi sees 1 GPU"
+    assert finding(facts, profile, "gpu.model").status == "pass"
+    library = finding(facts, profile, "nccl.library")
+    assert library.status == "pass" and "/site-packages/nvidia/nccl/lib/libnccl.so.2" in library.message
+    assert finding(facts, profile, "nccl.torch", deep=True).message == (
+        "torch 2.11.0+cu130 (CUDA 13.0, NCCL 2.28.9) sees 1 GPU")
+    no_ib = finding(facts, profile, "rdma.hca_present")
+    assert (no_ib.status, no_ib.message) == ("fail", "no RDMA device under /sys/class/infiniband")
