@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+DEEP_COMMAND_TIMEOUT_S = 90
 
 class App:
     """What every command needs, built once from the global options."""
@@ -39,11 +40,18 @@ class App:
             return slurm_runner.LoginRunner(login)
         return slurm_runner.LocalRunner()
 
-    def fan_out(self, profile_data: dict[str, Any]) -> Any:
-        """A fan_out bound to the profile's SSH settings."""
+    def fan_out(self, profile_data: dict[str, Any], deep: bool = False) -> Any:
+        """A fan_out bound to the profile's SSH settings.
+
+        `deep` allows for the probe's torch import (up to 60 s on a cold node).
+        """
+        import dataclasses
+
         from cluster_kit import remote
 
         settings = remote.SshSettings.from_profile(profile_data.get("ssh") or {})
+        if deep and settings.command_timeout < DEEP_COMMAND_TIMEOUT_S:
+            settings = dataclasses.replace(settings, command_timeout=DEEP_COMMAND_TIMEOUT_S)
 
         def run(hosts: list[str], command: str, stdin: bytes | None = None, on_result: Any = None) -> list:
             return remote.fan_out(hosts, command, settings, stdin=stdin, on_result=on_result)

@@ -99,4 +99,7 @@ def main() -> None:
     except KeyboardInterrupt:
         click.echo("clusterkit: interrupted", err=True)
         sys.exit(130)
+    except OSError as exc:  # a file the user named cannot be read or written
+        click.echo(f"clusterkit: error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
+        sys.exit(2)
 

@@ -26,6 +26,9 @@ def select_nodes(app: App, profile: Any, nodes_expr: str | None) -> list[str]:
     """The nodes to look at: --nodes, else the profile's `nodes`, else sinfo."""
     from cluster_kit import hostlist, slurm_runner
 
+    if nodes_expr is not None and not nodes_expr.strip():
+        raise InputError("--nodes is empty", fix="give a Slurm hostlist such as gpu[001-004,010], "
+                         "or leave --nodes out to use the profile's nodes")
     expr = nodes_expr or profile.data.get("nodes")
     if expr:
         try:
@@ -53,7 +56,7 @@ def run_preflight_for(app: App, profile: Any, nodes: list[str], deep: bool) -> t
     """Preflight `nodes` of `profile`: the report and the facts of each node."""
     from cluster_kit.preflight import run_preflight
 
-    return run_preflight(nodes, profile.data, app.fan_out(profile.data), deep=deep,
+    return run_preflight(nodes, profile.data, app.fan_out(profile.data, deep), deep=deep,
                          on_result=progress(len(nodes)))
 
 

@@ -29,12 +29,15 @@ def build_probe_command(python: str, deep: bool = False) -> str:
     """The remote command that runs the probe read from stdin.
 
     `python` is the job's interpreter: the probe looks for libnccl in its
-    site-packages too, and imports torch with it when `deep`.
+    site-packages too, and imports torch with it when `deep`. The probe itself
+    runs on the node's python3, or RHEL's platform-python where that is all
+    there is; neither found exits 127 with "python3 not found".
     """
-    argv = ["python3", "-", "--python", python]
-    if deep:
-        argv += ["--deep", python]
-    return shlex.join(argv)
+    args = ["--python", python] + (["--deep", python] if deep else [])
+    script = ('for p in python3 /usr/libexec/platform-python; do '
+              'if command -v "$p" >/dev/null 2>&1; then exec "$p" - "$@"; fi; done; '
+              'echo "python3 not found" >&2; exit 127')
+    return shlex.join(["sh", "-c", script, "clusterkit-probe", *args])
 
 
 def worst(statuses: Sequence[str]) -> str:
@@ -70,6 +73,9 @@ def node_findings(result: Any, profile: dict[str, Any], deep: bool) -> tuple[str
 
 
 def _reach_fix(error: str) -> str:
+    if "has changed" in error.lower():
+        return ("verify the node's new host key out of band, then remove its old line from known_hosts "
+                "(ssh-keygen -R NODE) and record the new key")
     if "host key" in error.lower():
         return "verify the node's host key out of band, then add it to known_hosts"
     if "auth" in error.lower():
