@@ -512,6 +512,7 @@ SSH_FIELDS: dict[str, Spec] = {
     "port": Field(integer(1, 65535)),
     "identity_file": _str(),
     "proxy_jump": Field(safe_string(HOST_CHARS, "a ProxyJump")),
+    "config_file": _str(),  # the ssh_config to resolve hosts through; unset: ~/.ssh/config
 }
 
 LOGIN = Section({"host": Field(safe_string(HOST_CHARS, "a host name")), **SSH_FIELDS},

@@ -100,6 +100,7 @@ def test_with_defaults_fills_sections_but_leaves_login_and_job_nccl_absent() -> 
     profile = schema.with_defaults({"ssh": {"user": "a"}}, schema.PROFILE)
     assert profile["login"] is None
     assert profile["ssh"] == {"user": "a", "port": None, "identity_file": None, "proxy_jump": None,
+                              "config_file": None,
                               "known_hosts": None, "host_key_policy": "strict",
                               "connect_timeout": 10, "command_timeout": 60, "fanout": 64}
     job = schema.with_defaults({"nccl": {"ib_timeout": 22}}, schema.JOB)
