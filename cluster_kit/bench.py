@@ -12,6 +12,7 @@ from typing import Any
 from cluster_kit.errors import InputError
 
 SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+MIN_BYTES = 8  # the sweep's --min-bytes default: two float32 elements
 
 
 def parse_size(text: str) -> int:
@@ -19,7 +20,11 @@ def parse_size(text: str) -> int:
     match = re.fullmatch(r"\s*(\d+)\s*([KMG]?)i?B?\s*", text, re.IGNORECASE)
     if not match:
         raise InputError(f"--max-bytes {text!r} is not a size", fix="write a size such as 8, 64M or 4G")
-    return int(match.group(1)) * SIZE_UNITS[match.group(2).upper()]
+    size = int(match.group(1)) * SIZE_UNITS[match.group(2).upper()]
+    if size < MIN_BYTES:
+        raise InputError(f"--max-bytes {text!r} is below the smallest message of the sweep ({MIN_BYTES} bytes)",
+                         fix="write a size such as 8, 64M or 4G")
+    return size
 
 
 def sweep_settings(settings: dict[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,19 @@ from cluster_kit.errors import CheckFailed
 JOB_FILE = click.Path(exists=True, dir_okay=False)
 
 
+def check_job_id(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """A JOB_ID argument as Slurm writes it; a usage error (exit 2) otherwise."""
+    from cluster_kit import slurm
+
+    try:
+        return slurm.check_job_id(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"{exc}; use the id sbatch printed, e.g. 1234 (1234_5 for an array task)")
+
+
+job_id_arg = click.argument("job_id", callback=check_job_id)
+
+
 def job_runner(app: App, profile_ref: str | None) -> Any:
     """The runner of `--profile` (its login host), or a local one."""
     if not profile_ref:
@@ -82,7 +95,7 @@ def submit(app: App, job_file: str, dry_run: bool, test_only: bool, no_preflight
 
 
 @click.command()
-@click.argument("job_id")
+@job_id_arg
 @profile_opt
 @pass_app
 def status(app: App, job_id: str, profile_ref: str | None) -> None:
@@ -95,7 +108,7 @@ def status(app: App, job_id: str, profile_ref: str | None) -> None:
 
 
 @click.command()
-@click.argument("job_id")
+@job_id_arg
 @profile_opt
 @pass_app
 def cancel(app: App, job_id: str, profile_ref: str | None) -> None:
@@ -107,7 +120,7 @@ def cancel(app: App, job_id: str, profile_ref: str | None) -> None:
 
 
 @click.command()
-@click.argument("job_id")
+@job_id_arg
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
 @profile_opt
 @pass_app

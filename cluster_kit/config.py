@@ -138,8 +138,10 @@ def _existing_path(ref: str, base: Path | None, what: str) -> Path:
     if not path.is_absolute() and base is not None:
         path = base / path
     if not path.is_file():
-        raise InputError(f"no {what} file {path}", fix="check the path (relative paths start "
-                         "at the directory of the file that names them)")
+        # validate and job problems print only the message, so it says where relative paths start
+        relative = base is not None and not Path(ref).expanduser().is_absolute()
+        where = f" (a relative path starts at {base or '.'}, the folder of the file naming it)" if relative else ""
+        raise InputError(f"no {what} file {path}{where}", fix="check the path")
     return path
 
 
