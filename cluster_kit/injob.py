@@ -23,7 +23,7 @@ sys.exit(main(json.loads({profile!r}), sys.argv[1:]))
 def _package_files(package: str) -> list:
     """(archive name, path) of every .py file of an importable package."""
     module = __import__(package)
-    root = Path(module.__file__).parent
+    root = Path(str(module.__file__)).parent
     return [(f"{package}/{p.relative_to(root).as_posix()}", p) for p in sorted(root.rglob("*.py"))]
 
 
