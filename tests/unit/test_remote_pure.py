@@ -209,6 +209,58 @@ def test_a_jump_host_uses_its_own_spec_then_config_then_profile_user() -> None:
     assert (ep.user, ep.port) == ("root", 2022)
 
 
+# --- ssh_config lookups -------------------------------------------------------------
+
+# Literal, wildcard, negated, bracket, multi-name and Match blocks, an IdentityFile
+# list built from several blocks, and a global section before the first Host.
+MIXED_CONFIG = """\
+ConnectTimeout 7
+Host gpu001 gpu002
+    HostName 10.0.0.1
+    IdentityFile ~/.ssh/first
+Host gpu*
+    User gpuuser
+    IdentityFile ~/.ssh/second
+Host !gpu002 gpu00?
+    Port 2201
+Host gpu00[34]
+    HostKeyAlias bracketed
+Match user gpuuser
+    ForwardAgent yes
+Host gpu001
+    User late
+    Port 2299
+Host login
+    ProxyJump none
+Host GPU005
+    User upper
+Host *
+    User fallback
+    ServerAliveInterval 9
+"""
+
+
+@pytest.mark.parametrize("name", ["gpu001", "gpu002", "gpu003", "gpu004", "gpu005", "GPU005",
+                                  "gpu0010", "login", "other", "10.0.0.1"])
+def test_indexed_config_lookup_is_paramikos(name: str) -> None:
+    config = paramiko.SSHConfig.from_text(MIXED_CONFIG)
+    assert remote._IndexedConfig(config).lookup(name) == config.lookup(name)
+
+
+def test_indexed_config_looks_at_a_hosts_own_blocks_only() -> None:
+    text = "".join(f"Host b{i:03d}\n    HostName 127.0.7.{i % 8 + 1}\n" for i in range(1, 501))
+    indexed = remote._IndexedConfig(paramiko.SSHConfig.from_text(text + "Host *\n    User u\n"))
+    assert indexed.lookup("b250") == {"hostname": "127.0.7.3", "user": "u"}
+    assert len(indexed._by_name) == 500 and len(indexed._always) == 2  # global section, Host *
+
+
+def test_canonicalizing_configs_are_looked_up_whole() -> None:
+    text = "CanonicalizeHostname yes\nCanonicalDomains example.invalid\nHost a\n    User x\n"
+    config = paramiko.SSHConfig.from_text(text)
+    indexed = remote._IndexedConfig(config)
+    assert not indexed._indexed and indexed.lookup("a") == config.lookup("a")
+
+
 # --- messages of the SSH edge ------------------------------------------------------------
 
 
