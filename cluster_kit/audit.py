@@ -199,7 +199,8 @@ def build_audit(profile_name: str | None, preflight_report: Mapping[str, Any],
                 facts_by_node: Mapping[str, dict[str, Any]], baseline: Mapping[str, Any] | None = None,
                 slurm_nodes: Any = None, *, per_node: PerNode | None = None,
                 flatten: Flatten | None = None) -> dict[str, Any]:
-    """The audit document: SPEC "Audit JSON" plus `summary`, `facts` and `slurm`.
+    """The audit document: SPEC "Audit JSON" plus `summary`, `facts` and `slurm`
+    (Slurm's state and reason of the audited nodes).
 
     `facts_by_node` are the probe facts run_preflight returned (nested; flattened
     here with facts.flatten). `changes` is present only with a baseline.
@@ -221,7 +222,9 @@ def build_audit(profile_name: str | None, preflight_report: Mapping[str, Any],
         audit["changes"] = changes
         audit["baseline"] = {k: baseline.get(k) for k in ("created", "profile")}
     audit["summary"] = audit_summary(entries, drift, changes)
-    audit["slurm"] = slurm_index(slurm_nodes)
+    # Only the audited nodes: the partition's other drains are not this report's business.
+    probed = {e["node"] for e in entries}
+    audit["slurm"] = {node: record for node, record in slurm_index(slurm_nodes).items() if node in probed}
     audit["facts"] = flat
     return audit
 

@@ -188,6 +188,13 @@ def test_build_audit_joins_slurm_state(fleet: dict) -> None:
     assert doc["slurm"]["gpu002"]["state"] == "idle"
 
 
+def test_build_audit_keeps_slurm_state_of_the_audited_nodes_only(fleet: dict) -> None:
+    slurm = {"gpu004": {"state": "idle", "reason": ""},
+             "gpu099": {"state": "drained", "reason": "admin: not in this audit"}}
+    doc = fleet_audit(fleet, slurm=slurm)
+    assert doc["slurm"] == {"gpu004": {"state": "idle", "reason": ""}}
+
+
 # ---------------------------------------------------------------- baseline
 
 
