@@ -515,15 +515,21 @@ SSH_FIELDS: dict[str, Spec] = {
     "config_file": _str(),  # the ssh_config to resolve hosts through; unset: ~/.ssh/config
 }
 
-LOGIN = Section({"host": Field(safe_string(HOST_CHARS, "a host name")), **SSH_FIELDS},
-                present=False)
-
-SSH = Section({
-    **SSH_FIELDS,
+# How one host is trusted and waited for: the login host's section has them too
+# (a login host's key need not be in ~/.ssh/known_hosts).
+HOST_KEY_AND_TIMEOUT_FIELDS: dict[str, Spec] = {
     "known_hosts": _str(),  # unset: ssh_config's UserKnownHostsFile, then OpenSSH's files
     "host_key_policy": Field(one_of("strict", "accept-new"), "strict"),
     "connect_timeout": Field(positive_number(), 10),
     "command_timeout": Field(positive_number(), 60),
+}
+
+LOGIN = Section({"host": Field(safe_string(HOST_CHARS, "a host name")), **SSH_FIELDS,
+                 **HOST_KEY_AND_TIMEOUT_FIELDS}, present=False)
+
+SSH = Section({
+    **SSH_FIELDS,
+    **HOST_KEY_AND_TIMEOUT_FIELDS,
     "fanout": Field(positive_int(), 64),
 })
 
