@@ -103,6 +103,9 @@ def test_with_defaults_fills_sections_but_leaves_login_and_job_nccl_absent() -> 
                               "config_file": None,
                               "known_hosts": None, "host_key_policy": "strict",
                               "connect_timeout": 10, "command_timeout": 60, "fanout": 64}
+    login = {"host": "login01", "known_hosts": "/etc/ssh/ssh_known_hosts", "command_timeout": 30}
+    assert schema.check({"login": login}, schema.PROFILE) == []  # a login host is trusted like a node
+    assert schema.with_defaults({"login": login}, schema.PROFILE)["login"]["host_key_policy"] == "strict"
     job = schema.with_defaults({"nccl": {"ib_timeout": 22}}, schema.JOB)
     assert job["nccl"] == {"ib_timeout": 22}
     assert (job["nodes"], job["launcher"], job["template"], job["preflight"]) == (1, "srun", "ddp", True)
