@@ -1,0 +1,135 @@
+"""Helpers for the job tests that drive the real `clusterkit` process on the dev cluster.
+
+Every command runs as its own process from the repository root (the examples'
+paths are relative to it), with the dev cluster's SLURM_CONF and none of the
+user's CLUSTERKIT_* settings. `start` launches one without waiting, so that
+slow Slurm jobs of a module overlap.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+RUN_TIMEOUT_S = 240
+
+# Prints one line per rank, then sleeps or exits as asked:
+#   ranks.py [--sleep SECONDS] [--exit CODE]
+# stdlib only, so that ckuser's /usr/bin/python3 runs it too.
+RANKS_PY = """\
+import os, pwd, sys, time
+keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "SLURMD_NODENAME")
+print("ck-rank " + " ".join("%s=%s" % (k, os.environ.get(k, "?")) for k in keys)
+      + " user=" + pwd.getpwuid(os.getuid()).pw_name, flush=True)
+args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+time.sleep(float(args.get("--sleep", 0)))
+sys.exit(int(args.get("--exit", 0)))
+"""
+
+
+def clusterkit_argv() -> list[str]:
+    """The installed console script next to this Python, else `python -m cluster_kit`."""
+    script = Path(sys.executable).with_name("clusterkit")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "cluster_kit"]
+
+
+def cli_env(dev_cluster: Any, **extra: str) -> dict[str, str]:
+    """The environment of a clusterkit process: the dev cluster's Slurm, no user settings."""
+    env = {k: v for k, v in dev_cluster.slurm_env().items() if not k.startswith("CLUSTERKIT_")}
+    env.update(extra)
+    return env
+
+
+def start(dev_cluster: Any, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """`clusterkit ARGS...` running in the background (stdout/stderr captured)."""
+    return subprocess.Popen(clusterkit_argv() + list(args), cwd=REPO, text=True,
+                            env=env or cli_env(dev_cluster), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    """Wait for a process from `start`; its CompletedProcess."""
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        raise AssertionError(f"{proc.args!r} still running after {timeout} s\n{stdout}{stderr}") from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def clusterkit(dev_cluster: Any, *args: str, env: dict[str, str] | None = None,
+               timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    """Run `clusterkit ARGS...` to the end."""
+    return finish(start(dev_cluster, *args, env=env), timeout)
+
+
+def job_id_of(done: subprocess.CompletedProcess[str]) -> str:
+    """The job id `submit` printed: its whole stdout, one line."""
+    assert re.fullmatch(r"\d+\n", done.stdout), (done.stdout, done.stderr)
+    return done.stdout.strip()
+
+
+def write_yaml(path: Path, data: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def rank_lines(log: str, marker: str = "ck-rank") -> dict[int, dict[str, str]]:
+    """{rank: {key: value}} of the `key=value` lines that start with `marker`."""
+    out = {}
+    for line in log.splitlines():
+        if line.startswith(marker):
+            fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
+            rank = int(fields.get("RANK", fields.get("rank", "-1")))
+            assert rank not in out, f"rank {rank} printed twice:\n{log}"
+            out[rank] = fields
+    return out
+
+
+@contextmanager
+def shared_dir(prefix: str) -> Iterator[Path]:
+    """A world-writable folder under /tmp: jobs run as ckuser can use it, and it is
+    outside root's private pytest folders."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    path.chmod(0o777)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def write_ranks_script(folder: Path) -> Path:
+    script = folder / "ranks.py"
+    script.write_text(RANKS_PY)
+    script.chmod(0o644)
+    return script
+
+
+def scancel(dev_cluster: Any, job_id: str) -> None:
+    """Best-effort cleanup of a job a test started."""
+    subprocess.run(["scancel", job_id], env=dev_cluster.slurm_env(), check=False,
+                   capture_output=True, timeout=30)
+
+
+def cpu_profile(dev_cluster: Any, **extra: Any) -> dict[str, Any]:
+    """A profile for the dev cluster that asks for no GPUs (one task per node), so its
+    jobs never queue behind the examples that hold the fake GPUs."""
+    return {
+        "name": "ck-cpu",
+        "nodes": "n[1-2]",
+        "ssh": {"user": dev_cluster.user, "identity_file": str(dev_cluster.ssh_key),
+                "known_hosts": str(dev_cluster.known_hosts), "connect_timeout": 5},
+        "slurm": {"partition": "debug", "time": "00:03:00", "exclusive": False},
+        "environment": {"python": "python3"},
+        **extra,
+    }

@@ -1,0 +1,112 @@
+"""`preflight: true`: the rendered script probes every allocated node and checks the
+facts (the embedded checks bundle) before any rank starts, on the dev cluster's Slurm.
+
+Slurm's nodes n1/n2 run in their own namespaces, so the in-job probe sees each
+node's fake hardware (mlx5_0/mlx5_1 NDR, nvidia_peermem, 4 GPUs from the
+stand-in nvidia-smi). The jobs run as root (the submitter), and the "training"
+is a stdlib script that prints one line per rank: what matters here is whether
+it starts. `--no-preflight` skips the SSH preflight at submit time, so that the
+in-job one is what stops a bad job.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jobcli import (
+    REPO,
+    clusterkit,
+    finish,
+    job_id_of,
+    rank_lines,
+    start,
+    write_ranks_script,
+    write_yaml,
+)
+
+pytestmark = pytest.mark.integration
+
+NOT_STARTED = "clusterkit: preflight failed (see the per-node lines above); training was not started"
+
+
+def write_job(folder: Path, name: str, profile: str) -> Path:
+    """2 nodes x 1 rank of ranks.py with the in-job preflight."""
+    return write_yaml(folder / f"{name}.yaml", {
+        "name": name, "profile": profile, "nodes": 2, "gpus_per_node": 1, "time": "00:02:00",
+        "script": str(write_ranks_script(folder)), "output": f"{folder}/%x-%j.out", "preflight": True})
+
+
+def verdict_lines(log: str) -> dict[str, list[str]]:
+    """{node: [its status, then its problem lines]} from the bundle's `clusterkit preflight:` lines."""
+    nodes: dict[str, list[str]] = {}
+    node = None
+    for line in log.splitlines():
+        head = re.fullmatch(r"clusterkit preflight: (\S+): (pass|warn|fail)", line)
+        if head:
+            node = head.group(1)
+            nodes[node] = [head.group(2)]
+        elif line.startswith("clusterkit preflight:   ") and node:
+            nodes[node].append(line.removeprefix("clusterkit preflight:   "))
+    return nodes
+
+
+def submit_and_read(dev_cluster: Any, proc: Any) -> tuple[int, str]:
+    """(exit status of `submit --wait`, the job's log through `clusterkit logs`)."""
+    done = finish(proc)
+    job_id = job_id_of(done)
+    logs = clusterkit(dev_cluster, "logs", job_id)
+    assert logs.returncode == 0, logs.stderr
+    assert f"job {job_id} finished with exit code {done.returncode}" in done.stderr
+    return done.returncode, logs.stdout
+
+
+def test_passing_and_failing_expectations(dev_cluster: Any, tmp_path: Path) -> None:
+    """local-dev's expectations hold on n1/n2, so the ranks run; the same job on a
+    profile expecting 8 GPUs per node stops before any rank, naming both nodes."""
+    eight = write_yaml(tmp_path / "eight-gpus.yaml", {
+        "name": "eight-gpus", "extends": str(REPO / "profiles" / "local-dev.yaml"),
+        "expect": {"gpus_per_node": 8}})
+    good = start(dev_cluster, "submit", str(write_job(tmp_path, "ck-pf-ok", "local-dev")),
+                 "--wait", "--no-preflight")
+    bad = start(dev_cluster, "submit", str(write_job(tmp_path, "ck-pf-8gpus", str(eight))),
+                "--wait", "--no-preflight")
+
+    code, log = submit_and_read(dev_cluster, good)
+    assert code == 0, log
+    verdicts = verdict_lines(log)
+    assert sorted(verdicts) == ["n1", "n2"], log
+    for status, *problems in verdicts.values():
+        # Only socket_ifname lo warns (loopback is all the dev cluster has).
+        assert status == "warn" and len(problems) == 1, log
+        assert problems[0].startswith("net.socket_ifname: network.socket_ifname 'lo' selects only"), log
+    ranks = rank_lines(log)
+    assert sorted(ranks) == [0, 1], log
+    assert [ranks[r]["SLURMD_NODENAME"] for r in (0, 1)] == ["n1", "n2"]
+    assert log.index("clusterkit preflight: n2") < log.index("ck-rank")  # checked before training
+
+    code, log = submit_and_read(dev_cluster, bad)
+    assert code == 1, log
+    verdicts = verdict_lines(log)
+    assert sorted(verdicts) == ["n1", "n2"], log
+    for lines in verdicts.values():
+        assert lines[0] == "fail", log
+        assert any(line.startswith("gpu.count: ") and "4" in line and "8" in line for line in lines), log
+    assert NOT_STARTED in log
+    assert rank_lines(log) == {}
+
+
+def test_a_port_down_on_one_node_stops_the_job(dev_cluster: Any, tmp_path: Path) -> None:
+    job = write_job(tmp_path, "ck-pf-portdown", "local-dev")
+    with dev_cluster.override("n2", "class/infiniband/mlx5_0/ports/1/state", "1: DOWN"):
+        code, log = submit_and_read(dev_cluster, start(dev_cluster, "submit", str(job), "--wait",
+                                                       "--no-preflight"))
+    assert code == 1, log
+    verdicts = verdict_lines(log)
+    assert verdicts["n1"][0] == "warn", log  # only the loopback warning
+    assert verdicts["n2"][0] == "fail", log
+    port_lines = [line for line in verdicts["n2"] if line.startswith("rdma.port_state: ")]
+    assert len(port_lines) == 1 and "mlx5_0" in port_lines[0] and "DOWN" in port_lines[0], log
+    assert NOT_STARTED in log
+    assert rank_lines(log) == {}
