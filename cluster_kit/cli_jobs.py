@@ -70,6 +70,24 @@ def submit_script(app: App, job: Any, script: str, test_only: bool, dry_run: boo
     return None if test_only else result
 
 
+def state_reporter(job_id: str) -> Any:
+    """An on_status callback that says on stderr when the job's state or reason changes.
+
+    A job Slurm cannot start as asked (PartitionNodeLimit, say) stays PENDING
+    forever; the reason on stderr tells the waiting user why.
+    """
+    last: list[tuple[str, str]] = []
+
+    def report(status: Any) -> None:
+        now = (status.state, status.reason)
+        if not last or last[-1] != now:
+            last.append(now)
+            reason = f" ({status.reason})" if status.reason and status.reason != "None" else ""
+            click.echo(f"job {job_id}: {status.state}{reason}", err=True)
+
+    return report
+
+
 @click.command()
 @click.argument("job_file", type=JOB_FILE)
 @click.option("--dry-run", is_flag=True, help="Print the sbatch command and script; submit nothing.")
@@ -89,7 +107,7 @@ def submit(app: App, job_file: str, dry_run: bool, test_only: bool, no_preflight
         refuse_on_failure(report)
     job_id = submit_script(app, job, script, test_only, dry_run)
     if wait and job_id:
-        code = slurm_runner.wait(app.runner(job.profile.data), job_id)
+        code = slurm_runner.wait(app.runner(job.profile.data), job_id, on_status=state_reporter(job_id))
         click.echo(f"job {job_id} finished with exit code {code}", err=True)
         sys.exit(code)
 
@@ -160,7 +178,7 @@ def bench_allreduce(app: App, job_file: str, max_bytes: str | None, as_json: boo
     runner = app.runner(job.profile.data)
     job_id = slurm_runner.submit(runner, render_allreduce(app, job, max_bytes), test_only=False)
     click.echo(f"submitted all-reduce sweep as job {job_id}", err=True)
-    code = slurm_runner.wait(runner, job_id)
+    code = slurm_runner.wait(runner, job_id, on_status=state_reporter(job_id))
     log = slurm_runner.read_output(runner, job_id, 0)
     expect = (job.profile.data.get("expect") or {}).get("allreduce_busbw_gbps")
     table, doc, passed = allreduce_report.summarise(allreduce_report.parse_sweep_log(log), expect)
