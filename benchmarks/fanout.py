@@ -1,0 +1,468 @@
+"""SSH fan-out: clusterkit against pdsh (and clush) running the same probe on the
+same nodes with the same fan-out, in the same run.
+
+    .venv/bin/python benchmarks/fanout.py [--nodes 500] [--fanouts 32,64] [--repeat 3]
+
+Needs root (it starts sshds and creates the user `ckbench`), OpenSSH's sshd and
+client, pdsh; clush is used when installed. The script builds everything itself
+and tears it down at the end (each sshd is stopped by its pid):
+
+- `--servers` real OpenSSH sshds on 127.0.7.1..N port 22 (a range the dev
+  cluster does not use), one host key of their own, key-only auth, user ckbench;
+- node names b001..bNNN, assigned to the sshd addresses round-robin by a
+  generated ssh_config (HostName, User, IdentityFile, HostKeyAlias,
+  UserKnownHostsFile with every name's key recorded) that clusterkit
+  (`SshSettings.config_file`) and the OpenSSH peers (`ssh -F`) both read.
+
+Every peer runs one remote command per node, `python3 <dir>/probe.py --python
+python3` (the probe as a file, because pdsh cannot feed a script on stdin);
+`clusterkit fan_out` calls `cluster_kit.remote.fan_out` with exactly that command,
+and `clusterkit preflight` is the real CLI end to end (probe sent on stdin,
+checks evaluated, JSON report). Each peer runs as a subprocess of this script:
+wall is its elapsed time, CPU its whole process tree's user+sys
+(getrusage(RUSAGE_CHILDREN) deltas: pdsh's and clush's ssh children included).
+The sshds and the probes they start are not counted: every peer pays the same
+there. The order of peers rotates from one repetition to the next.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import pwd
+import resource
+import shlex
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+USER = "ckbench"
+ADDRESS_PREFIX = "127.0.7."
+PEERS = ("clusterkit", "preflight", "pdsh", "clush")
+CHILD_FLAG = "--clusterkit-child"
+RUN_TIMEOUT_S = 1800
+
+
+# ----------------------------------------------------------------------------
+# The bench cluster: sshds, keys, ssh_config, known_hosts
+
+
+@dataclass(frozen=True)
+class Cluster:
+    directory: Path
+    config: Path
+    probe: Path
+    names: list[str]
+    hostlist: str
+    kex: str
+    ciphers: str
+    command: str = ""
+
+    @property
+    def marker(self) -> str:
+        """How each host's expected output line starts."""
+        return "{" if not self.command else "ok"
+
+
+def node_names(count: int) -> list[str]:
+    return [f"b{i:03d}" for i in range(1, count + 1)]
+
+
+def ensure_user() -> None:
+    """The test user, with an unlocked account (sshd refuses locked ones)."""
+    try:
+        pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", USER], check=True)
+    subprocess.run(["usermod", "-p", "*", USER], check=True)
+
+
+def keygen(path: Path) -> str:
+    """A new ed25519 key at `path`; returns the public key line."""
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ckbench", "-f", str(path)],
+                   check=True)
+    return path.with_suffix(".pub").read_text().strip()
+
+
+def sshd_config(directory: Path, address: str, port: int) -> str:
+    return f"""\
+ListenAddress {address}:{port}
+HostKey {directory}/host_ed25519
+PidFile {directory}/sshd-{address}.pid
+AuthorizedKeysFile {directory}/authorized_keys
+AllowUsers {USER}
+PermitRootLogin no
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+MaxStartups 1000:30:1000
+MaxSessions 64
+UseDNS no
+PrintMotd no
+PrintLastLog no
+X11Forwarding no
+LogLevel ERROR
+"""
+
+
+def client_config(directory: Path, names: list[str], addresses: list[str], port: int) -> str:
+    """One Host block per node name; the same file for clusterkit and ssh."""
+    blocks = []
+    for index, name in enumerate(names):
+        blocks.append(f"""\
+Host {name}
+    HostName {addresses[index % len(addresses)]}
+    Port {port}
+    User {USER}
+    IdentityFile {directory}/id_ed25519
+    IdentitiesOnly yes
+    HostKeyAlias {name}
+    UserKnownHostsFile {directory}/known_hosts
+    StrictHostKeyChecking yes
+    BatchMode yes
+    ControlMaster no
+    ControlPath none
+    LogLevel ERROR
+""")
+    return "\n".join(blocks)
+
+
+def wait_listening(address: str, port: int, deadline: float) -> None:
+    while True:
+        try:
+            socket.create_connection((address, port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"sshd on {address}:{port} did not start") from None
+            time.sleep(0.05)
+
+
+def negotiated(client_order: list[str], server_list: str) -> str:
+    """SSH picks the client's first algorithm that the server also offers."""
+    offered = server_list.split(",")
+    return next((alg for alg in client_order if alg in offered), "none")
+
+
+def server_algorithms(conf: Path) -> dict[str, str]:
+    text = subprocess.run(["/usr/sbin/sshd", "-T", "-f", str(conf)], capture_output=True, text=True,
+                          check=True).stdout
+    return dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
+
+
+def openssh_choice(config: Path, kex: str, name: str) -> str:
+    """The key exchange and cipher that ssh, as the peers run it, negotiates (ssh -v)."""
+    done = subprocess.run(["ssh", "-v", "-F", str(config), "-o", f"KexAlgorithms={kex}", name, "true"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    found = [line.split("kex: ", 1)[1] for line in done.stderr.splitlines()
+             if "kex: algorithm:" in line or "kex: server->client" in line]
+    return "; ".join(found) or f"unknown (ssh -v said: {_tail(done.stderr)})"
+
+
+def paramiko_choice(server: dict[str, str]) -> tuple[str, str]:
+    """(kex, cipher/mac) that clusterkit's paramiko negotiates with these sshds."""
+    import paramiko
+
+    client = vars(paramiko.Transport)  # its algorithm lists, in preference order
+    kex = negotiated(list(client["_preferred_kex"]), server["kexalgorithms"])
+    cipher = negotiated(list(client["_preferred_ciphers"]), server["ciphers"])
+    mac = negotiated(list(client["_preferred_macs"]), server["macs"])
+    return kex, f"{cipher} + {mac}"
+
+
+@contextmanager
+def bench_cluster(count: int, servers: int, port: int) -> Iterator[Cluster]:
+    """Start the sshds, write keys and configs; stop the sshds (by pid) on the way out."""
+    if os.geteuid() != 0:
+        raise SystemExit("needs root: it starts sshds and creates the user ckbench")
+    ensure_user()
+    os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege separation directory
+    directory = Path(tempfile.mkdtemp(prefix="ckbench-fanout-"))
+    directory.chmod(0o755)  # ckbench reads authorized_keys and the probe here
+    daemons: list[subprocess.Popen[bytes]] = []
+    try:
+        host_key = keygen(directory / "host_ed25519").split()
+        client_key = keygen(directory / "id_ed25519")
+        (directory / "authorized_keys").write_text(client_key + "\n")
+        (directory / "authorized_keys").chmod(0o644)
+        shutil.copy(ROOT / "cluster_kit" / "probe.py", directory / "probe.py")
+        (directory / "probe.py").chmod(0o644)
+        names = node_names(count)
+        addresses = [f"{ADDRESS_PREFIX}{i}" for i in range(1, servers + 1)]
+        (directory / "known_hosts").write_text(
+            "".join(f"{name} {host_key[0]} {host_key[1]}\n" for name in names))
+        config = directory / "ssh_config"
+        config.write_text(client_config(directory, names, addresses, port))
+        deadline = time.monotonic() + 10
+        for address in addresses:
+            conf = directory / f"sshd-{address}.conf"
+            conf.write_text(sshd_config(directory, address, port))
+            daemons.append(subprocess.Popen(
+                ["/usr/sbin/sshd", "-D", "-f", str(conf), "-E", str(directory / f"sshd-{address}.log")],
+                stdin=subprocess.DEVNULL))
+        for address in addresses:
+            wait_listening(address, port, deadline)
+        server = server_algorithms(directory / f"sshd-{addresses[0]}.conf")
+        kex, ciphers = paramiko_choice(server)
+        yield Cluster(directory, config, directory / "probe.py", names,
+                      f"b[001-{count:03d}]", kex, ciphers)
+    finally:
+        for daemon in daemons:
+            daemon.terminate()
+        for daemon in daemons:
+            try:
+                daemon.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+                daemon.wait()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------
+# Peers: each one a subprocess, measured the same way
+
+
+@dataclass
+class Sample:
+    peer: str
+    fanout: int
+    wall_s: float
+    cpu_s: float
+    answered: int
+    note: str = ""
+    rep: int = 0
+
+
+def measure(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str, str, int]:
+    """(wall s, CPU s of the process tree, stdout, stderr, exit status)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+                          stdin=subprocess.DEVNULL, check=False)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, proc.stdout, proc.stderr, proc.returncode
+
+
+def hosts_with_facts(stdout: str, marker: str = "{") -> int:
+    """Hosts whose `host: {...}` line carries the probe's JSON (pdsh/clush style)."""
+    hosts = set()
+    for line in stdout.splitlines():
+        host, sep, rest = line.partition(": ")
+        if sep and rest.startswith(marker) and (marker != "{" or rest.rstrip().endswith("}")):
+            hosts.add(host)
+    return len(hosts)
+
+
+def remote_command(cluster: Cluster) -> list[str]:
+    if cluster.command:
+        return shlex.split(cluster.command)
+    return ["python3", str(cluster.probe), "--python", "python3"]
+
+
+def openssh_options(cluster: Cluster) -> str:
+    return f"-F {cluster.config} -o KexAlgorithms={cluster.kex} -o ControlMaster=no"
+
+
+def run_pdsh(cluster: Cluster, fanout: int) -> Sample:
+    env = dict(os.environ, PDSH_SSH_ARGS_APPEND=openssh_options(cluster))
+    argv = ["pdsh", "-R", "ssh", "-f", str(fanout), "-l", USER, "-w", cluster.hostlist,
+            *remote_command(cluster)]
+    wall, cpu, out, err, _ = measure(argv, env)
+    return Sample("pdsh", fanout, wall, cpu, hosts_with_facts(out, cluster.marker), _tail(err))
+
+
+def run_clush(cluster: Cluster, fanout: int) -> Sample:
+    argv = ["clush", "-f", str(fanout), "-l", USER, "-o", openssh_options(cluster),
+            "-w", cluster.hostlist, *remote_command(cluster)]
+    wall, cpu, out, err, _ = measure(argv)
+    return Sample("clush", fanout, wall, cpu, hosts_with_facts(out, cluster.marker), _tail(err))
+
+
+def run_clusterkit(cluster: Cluster, fanout: int, prefix: tuple[str, ...] = ()) -> Sample:
+    argv = [*prefix, sys.executable, str(Path(__file__).resolve()), CHILD_FLAG, str(cluster.config),
+            str(fanout), str(len(cluster.names)), *remote_command(cluster)]
+    wall, cpu, out, err, _ = measure(argv)
+    return Sample("clusterkit", fanout, wall, cpu, hosts_with_facts(out, cluster.marker), _tail(err))
+
+
+def run_preflight(cluster: Cluster, fanout: int) -> Sample:
+    profile = cluster.directory / f"bench-{fanout}.yaml"
+    profile.write_text(json.dumps({
+        "name": "fanout-bench", "nodes": cluster.hostlist,
+        "ssh": {"config_file": str(cluster.config), "fanout": fanout,
+                "connect_timeout": 60, "command_timeout": 600},
+        "environment": {"python": "python3"},
+        "network": {"fabric": "ethernet"},
+    }))
+    argv = [sys.executable, "-m", "cluster_kit", "preflight", "--profile", str(profile), "--json"]
+    wall, cpu, out, err, _ = measure(argv, dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        report = json.loads(out)
+        answered = sum(1 for node in report["nodes"]
+                       if not any(c["id"] in ("ssh.reachable", "probe.run", "probe.python")
+                                  for c in node["checks"]))
+        note = json.dumps(report["summary"])
+    except (ValueError, KeyError) as exc:
+        answered, note = 0, f"no report: {exc}; {_tail(err)}"
+    return Sample("preflight", fanout, wall, cpu, answered, note)
+
+
+RUNNERS = {"clusterkit": run_clusterkit, "preflight": run_preflight, "pdsh": run_pdsh,
+           "clush": run_clush}
+
+
+def _tail(text: str, lines: int = 3) -> str:
+    return " | ".join(text.strip().splitlines()[-lines:])
+
+
+def clusterkit_child(argv: list[str]) -> int:
+    """`fan_out` with the peers' command, printing `host: line` as pdsh does."""
+    sys.path.insert(0, str(ROOT))
+    from cluster_kit.remote import SshSettings, fan_out
+
+    config, fanout, count, command = argv[0], int(argv[1]), int(argv[2]), argv[3:]
+    settings = SshSettings(config_file=config, fanout=fanout, connect_timeout=60, command_timeout=600)
+    results = fan_out(node_names(count), " ".join(command), settings)
+    out: list[str] = []
+    for result in results:
+        if result.error is not None:
+            print(f"{result.host}: {result.error}", file=sys.stderr)
+        out.extend(f"{result.host}: {line}" for line in result.stdout.splitlines())
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0 if all(r.ok for r in results) else 1
+
+
+# ----------------------------------------------------------------------------
+# Report
+
+
+def versions() -> dict[str, str]:
+    def first_line(argv: list[str]) -> str:
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        except OSError:
+            return "not installed"
+        return (proc.stdout + proc.stderr).strip().splitlines()[0]
+
+    import paramiko
+
+    return {"python": platform.python_version(), "paramiko": paramiko.__version__,
+            "openssh": first_line(["ssh", "-V"]), "pdsh": first_line(["pdsh", "-V"]),
+            "clush": first_line(["clush", "--version"]) if shutil.which("clush") else "not installed",
+            "cpus": str(os.cpu_count())}
+
+
+def paired(samples: list[Sample], ours: str, peer: str, fanout: int) -> list[tuple[float, float]]:
+    """(wall ratio, CPU ratio) of `ours` over `peer` within each repetition."""
+    by_rep = {(s.peer, s.rep): s for s in samples if s.fanout == fanout}
+    return [(by_rep[ours, rep].wall_s / by_rep[peer, rep].wall_s,
+             by_rep[ours, rep].cpu_s / by_rep[peer, rep].cpu_s)
+            for (name, rep) in by_rep if name == ours and (peer, rep) in by_rep]
+
+
+def summarise(samples: list[Sample], fanouts: list[int], peers: list[str], nodes: int) -> None:
+    print(f"\n{'peer':<11} {'fanout':>6} {'wall s (median, min-max)':>26} "
+          f"{'CPU s (median, min-max)':>25} {'CPU ms/node':>11} {'answered':>9}")
+    medians: dict[tuple[str, int], tuple[float, float]] = {}
+    for fanout in fanouts:
+        for peer in peers:
+            mine = [s for s in samples if s.peer == peer and s.fanout == fanout]
+            if not mine:
+                continue
+            walls, cpus = [s.wall_s for s in mine], [s.cpu_s for s in mine]
+            wall, cpu = statistics.median(walls), statistics.median(cpus)
+            medians[peer, fanout] = (wall, cpu)
+            answered = min(s.answered for s in mine)
+            print(f"{peer:<11} {fanout:>6} {wall:>9.2f} ({min(walls):6.2f}-{max(walls):6.2f}) "
+                  f"{cpu:>9.2f} ({min(cpus):6.2f}-{max(cpus):6.2f}) {1000 * cpu / nodes:>11.1f} "
+                  f"{answered:>5}/{nodes}")
+    print("\nratios, median / median (in brackets: the ratios of each repetition's own pair, "
+          "min-max); < 1 means clusterkit is faster or cheaper:")
+    for fanout in fanouts:
+        for ours in ("clusterkit", "preflight"):
+            for peer in ("pdsh", "clush"):
+                if (ours, fanout) in medians and (peer, fanout) in medians:
+                    (w1, c1), (w2, c2) = medians[ours, fanout], medians[peer, fanout]
+                    pairs = paired(samples, ours, peer, fanout)
+                    print(f"  fanout {fanout:>3}  {ours:<10} / {peer:<5}  wall {w1 / w2:5.2f} "
+                          f"({min(w for w, _ in pairs):.2f}-{max(w for w, _ in pairs):.2f})  "
+                          f"CPU {c1 / c2:5.2f} ({min(c for _, c in pairs):.2f}-{max(c for _, c in pairs):.2f})")
+    target = [(f, *medians[("clusterkit", f)], *medians[("pdsh", f)]) for f in fanouts
+              if ("clusterkit", f) in medians and ("pdsh", f) in medians]
+    for fanout, w1, c1, w2, c2 in target:
+        verdict = "met" if w1 <= w2 and c1 <= c2 else "MISSED"
+        print(f"target (fan_out wall <= pdsh wall and CPU <= pdsh CPU), fanout {fanout}: {verdict}")
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == CHILD_FLAG:
+        return clusterkit_child(sys.argv[2:])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument("--servers", type=int, default=8, help="sshds on 127.0.7.1..N")
+    parser.add_argument("--port", type=int, default=22)
+    parser.add_argument("--fanouts", default="32,64")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--peers", default=",".join(PEERS))
+    parser.add_argument("--command", default="", metavar="CMD",
+                        help="run CMD instead of the probe, to time SSH alone; it must print a line "
+                             "starting with 'ok' (e.g. 'echo ok'); preflight is then left out")
+    parser.add_argument("--json", metavar="FILE", help="also write every sample as JSON")
+    parser.add_argument("--clusterkit-prefix", default="", metavar="CMD",
+                        help="run the fan_out peer under CMD (a profiler: "
+                             "'py-spy record -f raw -o fanout.txt --'); its figures then include CMD")
+    args = parser.parse_args()
+    fanouts = [int(f) for f in args.fanouts.split(",")]
+    peers = [p for p in args.peers.split(",") if p != "clush" or shutil.which("clush")]
+    if "pdsh" in peers and not shutil.which("pdsh"):
+        raise SystemExit("pdsh is not installed (apt-get install pdsh)")
+    print(json.dumps(versions()))
+    print(f"load average at start: {os.getloadavg()}")
+    samples: list[Sample] = []
+    if args.command:
+        peers = [p for p in peers if p != "preflight"]
+    with bench_cluster(args.nodes, args.servers, args.port) as cluster:
+        cluster = dataclasses.replace(cluster, command=args.command)
+        print(f"{args.nodes} nodes over {args.servers} sshds; key exchange: paramiko negotiates "
+              f"{cluster.kex} ({cluster.ciphers}) with these sshds, OpenSSH peers get "
+              f"-o KexAlgorithms={cluster.kex}")
+        print(f"OpenSSH peers negotiate: {openssh_choice(cluster.config, cluster.kex, cluster.names[0])}")
+        print(f"remote command: {' '.join(remote_command(cluster))}")
+        for rep in range(args.repeat):
+            order = peers[rep % len(peers):] + peers[:rep % len(peers)]
+            for fanout in fanouts:
+                for peer in order:
+                    if peer == "clusterkit" and args.clusterkit_prefix:
+                        sample = run_clusterkit(cluster, fanout, tuple(shlex.split(args.clusterkit_prefix)))
+                    else:
+                        sample = RUNNERS[peer](cluster, fanout)
+                    sample.rep = rep
+                    samples.append(sample)
+                    print(f"  rep {rep + 1} {peer:<10} fanout {fanout:>3}: wall {sample.wall_s:6.2f} s  "
+                          f"CPU {sample.cpu_s:6.2f} s  answered {sample.answered}/{args.nodes}"
+                          + (f"  [{sample.note}]" if sample.note and sample.answered < args.nodes else ""),
+                          flush=True)
+    print(f"load average at end: {os.getloadavg()}")
+    summarise(samples, fanouts, peers, args.nodes)
+    if args.json:
+        Path(args.json).write_text(json.dumps([s.__dict__ for s in samples], indent=1))
+    return 0 if all(s.answered == args.nodes for s in samples) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
