@@ -54,20 +54,27 @@ def job_output_dir(job: Any) -> str | None:
 
 def submit_script(app: App, job: Any, script: str, test_only: bool, dry_run: bool) -> str | None:
     """sbatch the script (or print what would run); the job id, None otherwise."""
-    from cluster_kit import slurm, slurm_runner
+    from cluster_kit import slurm
 
     argv = slurm.build_sbatch(test_only=test_only)
     if dry_run:
         click.echo(f"# {shlex.join(argv)} < script")
         click.echo(script, nl=False)
         return None
+    result = sbatch_job(app, job, script, test_only)
+    click.echo(result)
+    return None if test_only else result
+
+
+def sbatch_job(app: App, job: Any, script: str, test_only: bool = False) -> str:
+    """Make the output folder, then sbatch: the job id (or Slurm's test-only verdict)."""
+    from cluster_kit import slurm_runner
+
     runner = app.runner(job.profile.data)
     output_dir = job_output_dir(job)
     if output_dir and not test_only:
         runner.run(["mkdir", "-p", output_dir])
-    result = slurm_runner.submit(runner, script, test_only=test_only)
-    click.echo(result)
-    return None if test_only else result
+    return slurm_runner.submit(runner, script, test_only=test_only)
 
 
 def state_reporter(job_id: str) -> Any:
@@ -176,7 +183,7 @@ def bench_allreduce(app: App, job_file: str, max_bytes: str | None, as_json: boo
 
     job = app.job(job_file)
     runner = app.runner(job.profile.data)
-    job_id = slurm_runner.submit(runner, render_allreduce(app, job, max_bytes), test_only=False)
+    job_id = sbatch_job(app, job, render_allreduce(app, job, max_bytes))
     click.echo(f"submitted all-reduce sweep as job {job_id}", err=True)
     code = slurm_runner.wait(runner, job_id, on_status=state_reporter(job_id))
     log = slurm_runner.read_output(runner, job_id, 0)
