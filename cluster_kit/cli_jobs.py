@@ -78,11 +78,14 @@ def sbatch_job(app: App, job: Any, script: str, test_only: bool = False) -> str:
 
 
 def state_reporter(job_id: str) -> Any:
-    """An on_status callback that says on stderr when the job's state or reason changes.
+    """An on_status callback that says when the job's state or reason changes.
 
-    A job Slurm cannot start as asked (PartitionNodeLimit, say) stays PENDING
-    forever; the reason on stderr tells the waiting user why.
+    Progress, so on stderr and only on a terminal. A job Slurm cannot start as
+    asked (PartitionNodeLimit, say) stays PENDING forever; the reason tells the
+    waiting user why.
     """
+    if not sys.stderr.isatty():
+        return None
     last: list[tuple[str, str]] = []
 
     def report(status: Any) -> None:
