@@ -63,7 +63,7 @@ def read_facts(text: str) -> dict:
 
 def verdicts(facts: dict, nodes: list, profile: dict) -> list:
     """(node, status, problem lines) per expected node; a silent node fails."""
-    from cluster_kit.checks import evaluate
+    from cluster_kit.checks import evaluate, node_status
 
     out = []
     for node in nodes:
@@ -72,8 +72,7 @@ def verdicts(facts: dict, nodes: list, profile: dict) -> list:
             continue
         findings = [f for f in evaluate(facts[node], profile) if f.status != "pass"]
         lines = [f"{f.id}: {f.message}" + (f" (fix: {f.fix})" if f.fix else "") for f in findings]
-        status = "fail" if any(f.status == "fail" for f in findings) else ("warn" if findings else "pass")
-        out.append((node, status, lines))
+        out.append((node, node_status(findings), lines))
     return out
 
 

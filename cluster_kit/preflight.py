@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from cluster_kit.checks import Finding, evaluate
+from cluster_kit.checks import Finding, evaluate, node_status
 
 STATUS_ORDER = ("pass", "warn", "fail", "unreachable")
 NO_PYTHON_EXIT = 127
@@ -40,11 +40,6 @@ def build_probe_command(python: str, deep: bool = False) -> str:
     return shlex.join(["sh", "-c", script, "clusterkit-probe", *args])
 
 
-def worst(statuses: Sequence[str]) -> str:
-    """The worst status of several: pass < warn < fail < unreachable."""
-    return max(statuses, key=STATUS_ORDER.index, default="pass")
-
-
 def parse_probe_output(stdout: str) -> dict[str, Any]:
     """The facts JSON printed by the probe (the last JSON line, to skip login banners)."""
     for line in reversed(stdout.strip().splitlines()):
@@ -69,7 +64,7 @@ def node_findings(result: Any, profile: dict[str, Any], deep: bool) -> tuple[str
         return "fail", [Finding("probe.run", "fail", f"the probe failed: {detail[0]}",
                                 "run `clusterkit probe` on the node to see the full error")], None
     findings = evaluate(facts, profile, deep=deep)
-    return worst([f.status for f in findings]), findings, facts
+    return node_status(findings), findings, facts
 
 
 def _reach_fix(error: str) -> str:
