@@ -17,6 +17,8 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from cluster_kit.filecache import FileCache
+
 try:  # POSIX only: guards appends against other ssh clients writing the same file
     import fcntl
 except ImportError:  # pragma: no cover - Windows
@@ -197,29 +199,22 @@ def known_key_types(entries: Iterable[Entry], name: str) -> list[str]:
 
 # One lock for all appends in this process; flock guards against other processes.
 _APPEND_LOCK = threading.Lock()
-_FILE_CACHE: dict[str, tuple[tuple[int, int], list[Entry]]] = {}
-_CACHE_LOCK = threading.Lock()
+
+
+def _read_entries(path: str) -> list[Entry]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return parse_text(handle.read(), path)
+    except OSError:
+        return []
+
+
+_FILES: FileCache[list[Entry]] = FileCache(_read_entries, list)
 
 
 def load_file(path: str) -> list[Entry]:
     """Entries of one file (empty when it does not exist), re-read only when it changed."""
-    try:
-        stat = os.stat(path)
-    except OSError:
-        return []
-    signature = (stat.st_mtime_ns, stat.st_size)
-    with _CACHE_LOCK:
-        cached = _FILE_CACHE.get(path)
-    if cached and cached[0] == signature:
-        return cached[1]
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            entries = parse_text(handle.read(), path)
-    except OSError:
-        return []
-    with _CACHE_LOCK:
-        _FILE_CACHE[path] = (signature, entries)
-    return entries
+    return _FILES.get(path)
 
 
 class KnownHosts:

@@ -27,6 +27,7 @@ from paramiko.common import cMSG_CHANNEL_REQUEST
 from paramiko.ssh_exception import IncompatiblePeer
 
 from cluster_kit.errors import ClusterRefused, InputError
+from cluster_kit.filecache import FileCache
 from cluster_kit.known_hosts import KnownHosts, describe_key, problem_message
 from cluster_kit.sshconfig import Endpoint, Hop, SshSettings, resolve_endpoint
 
@@ -204,30 +205,23 @@ class _IndexedConfig:
         return subset.lookup(name)
 
 
-_CONFIG_CACHE: dict[str, tuple[tuple[int, int], _IndexedConfig]] = {}
-_CONFIG_LOCK = threading.Lock()
+def _parse_ssh_config(path: str) -> _IndexedConfig:
+    try:
+        return _IndexedConfig(paramiko.SSHConfig.from_path(path))
+    except (OSError, paramiko.SSHException, ValueError) as exc:
+        raise InputError(f"cannot read ssh config {path}: {exc}") from None
+
+
+def _empty_ssh_config() -> _IndexedConfig:
+    return _IndexedConfig(paramiko.SSHConfig())
+
+
+_SSH_CONFIGS = FileCache(_parse_ssh_config, _empty_ssh_config)
 
 
 def _load_ssh_config(path: str | None) -> _IndexedConfig:
     """The parsed ssh_config (empty if absent), parsed once while unchanged."""
-    if not path:
-        return _IndexedConfig(paramiko.SSHConfig())
-    path = os.path.expanduser(path)
-    try:
-        stat = os.stat(path)
-    except OSError:
-        return _IndexedConfig(paramiko.SSHConfig())
-    signature = (stat.st_mtime_ns, stat.st_size)
-    with _CONFIG_LOCK:
-        cached = _CONFIG_CACHE.get(path)
-        if cached and cached[0] == signature:
-            return cached[1]
-        try:
-            config = _IndexedConfig(paramiko.SSHConfig.from_path(path))
-        except (OSError, paramiko.SSHException, ValueError) as exc:
-            raise InputError(f"cannot read ssh config {path}: {exc}") from None
-        _CONFIG_CACHE[path] = (signature, config)
-        return config
+    return _SSH_CONFIGS.get(os.path.expanduser(path)) if path else _empty_ssh_config()
 
 
 def _local_user() -> str:
