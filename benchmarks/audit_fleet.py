@@ -29,10 +29,8 @@ import argparse
 import json
 import os
 import platform
-import pwd
 import resource
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -48,8 +46,8 @@ sys.path.insert(0, str(ROOT / "scripts" / "devcluster"))
 sys.path.insert(0, str(ROOT))
 
 import fakehw  # type: ignore[import-not-found]  # scripts/devcluster, not a package
+from sshbench import USER, ensure_user, keygen, sshd_config, wait_listening
 
-USER = "ckbench"
 ADDRESS_PREFIX = "127.0.8."
 NOWHERE = "127.0.8.250"  # nothing listens here: connection refused
 OLD_DRIVER = "535.104.05"
@@ -77,20 +75,6 @@ class Fleet:
 # ---------------------------------------------------------------- the fleet
 
 
-def ensure_user() -> None:
-    """The test user, with an unlocked account (sshd refuses locked ones)."""
-    try:
-        pwd.getpwnam(USER)
-    except KeyError:
-        subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", USER], check=True)
-    subprocess.run(["usermod", "-p", "*", USER], check=True)
-
-
-def keygen(path: Path) -> str:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", USER, "-f", str(path)], check=True)
-    return path.with_suffix(".pub").read_text().strip()
-
-
 def build_tree(node_dir: Path, server: str, index: int) -> None:
     """A fake /sys/class, /sys/module, gpus.csv and nvidia-smi, as fakehw lays them out."""
     spec, driver = SERVERS[server]
@@ -102,30 +86,6 @@ def build_tree(node_dir: Path, server: str, index: int) -> None:
     (node_dir / "bin").mkdir()
     shutil.copyfile(ROOT / "scripts" / "devcluster" / "nvidia_smi.py", node_dir / "bin" / "nvidia-smi")
     (node_dir / "bin" / "nvidia-smi").chmod(0o755)
-
-
-def sshd_config(directory: Path, server: str, address: str) -> str:
-    return f"""\
-ListenAddress {address}:22
-HostKey {directory}/host_ed25519
-PidFile {directory}/sshd-{server}.pid
-AuthorizedKeysFile {directory}/authorized_keys
-AllowUsers {USER}
-PermitRootLogin no
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-StrictModes no
-MaxStartups 1000:30:1000
-MaxSessions 64
-UseDNS no
-PrintMotd no
-PrintLastLog no
-X11Forwarding no
-SetEnv PATH={directory}/{server}/bin:/usr/local/bin:/usr/bin:/bin
-LogLevel ERROR
-"""
 
 
 def namespaced_sshd(directory: Path, server: str) -> list[str]:
@@ -176,17 +136,6 @@ def profile_text(directory: Path, count: int) -> str:
     }, indent=1)
 
 
-def wait_listening(address: str, deadline: float) -> None:
-    while True:
-        try:
-            socket.create_connection((address, 22), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise SystemExit(f"sshd on {address}:22 did not start") from None
-            time.sleep(0.05)
-
-
 @contextmanager
 def bench_fleet(count: int) -> Iterator[Fleet]:
     """Start the sshds, write keys, trees and configs; stop the sshds (by pid) on the way out."""
@@ -209,11 +158,12 @@ def bench_fleet(count: int) -> Iterator[Fleet]:
         profile.write_text(profile_text(directory, count))
         for index, server in enumerate(SERVERS):
             build_tree(directory / server, server, index)
-            (directory / f"sshd-{server}.conf").write_text(sshd_config(directory, server, addresses[server]))
+            (directory / f"sshd-{server}.conf").write_text(sshd_config(directory, addresses[server], 22, server,
+                            f"SetEnv PATH={directory}/{server}/bin:/usr/local/bin:/usr/bin:/bin\n"))
             daemons.append(subprocess.Popen(namespaced_sshd(directory, server), stdin=subprocess.DEVNULL))
         deadline = time.monotonic() + 15
         for address in addresses.values():
-            wait_listening(address, deadline)
+            wait_listening(address, 22, deadline)
         yield Fleet(directory, profile, list(where), where)
     finally:
         os.umask(old_umask)

@@ -31,11 +31,9 @@ import dataclasses
 import json
 import os
 import platform
-import pwd
 import resource
 import shlex
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -46,8 +44,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from sshbench import USER, ensure_user, keygen, sshd_config, wait_listening
+
 ROOT = Path(__file__).resolve().parent.parent
-USER = "ckbench"
 ADDRESS_PREFIX = "127.0.7."
 PEERS = ("clusterkit", "preflight", "pdsh", "clush")
 CHILD_FLAG = "--clusterkit-child"
@@ -79,45 +78,6 @@ def node_names(count: int) -> list[str]:
     return [f"b{i:03d}" for i in range(1, count + 1)]
 
 
-def ensure_user() -> None:
-    """The test user, with an unlocked account (sshd refuses locked ones)."""
-    try:
-        pwd.getpwnam(USER)
-    except KeyError:
-        subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", USER], check=True)
-    subprocess.run(["usermod", "-p", "*", USER], check=True)
-
-
-def keygen(path: Path) -> str:
-    """A new ed25519 key at `path`; returns the public key line."""
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ckbench", "-f", str(path)],
-                   check=True)
-    return path.with_suffix(".pub").read_text().strip()
-
-
-def sshd_config(directory: Path, address: str, port: int) -> str:
-    return f"""\
-ListenAddress {address}:{port}
-HostKey {directory}/host_ed25519
-PidFile {directory}/sshd-{address}.pid
-AuthorizedKeysFile {directory}/authorized_keys
-AllowUsers {USER}
-PermitRootLogin no
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-StrictModes no
-MaxStartups 1000:30:1000
-MaxSessions 64
-UseDNS no
-PrintMotd no
-PrintLastLog no
-X11Forwarding no
-LogLevel ERROR
-"""
-
-
 def client_config(directory: Path, names: list[str], addresses: list[str], port: int) -> str:
     """One Host block per node name; the same file for clusterkit and ssh."""
     blocks = []
@@ -138,17 +98,6 @@ Host {name}
     LogLevel ERROR
 """)
     return "\n".join(blocks)
-
-
-def wait_listening(address: str, port: int, deadline: float) -> None:
-    while True:
-        try:
-            socket.create_connection((address, port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise SystemExit(f"sshd on {address}:{port} did not start") from None
-            time.sleep(0.05)
 
 
 def negotiated(client_order: list[str], server_list: str) -> str:
@@ -209,7 +158,7 @@ def bench_cluster(count: int, servers: int, port: int) -> Iterator[Cluster]:
         deadline = time.monotonic() + 10
         for address in addresses:
             conf = directory / f"sshd-{address}.conf"
-            conf.write_text(sshd_config(directory, address, port))
+            conf.write_text(sshd_config(directory, address, port, address))
             daemons.append(subprocess.Popen(
                 ["/usr/sbin/sshd", "-D", "-f", str(conf), "-E", str(directory / f"sshd-{address}.log")],
                 stdin=subprocess.DEVNULL))
