@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from cluster_kit.checks import Finding, evaluate, node_status
+from cluster_kit.checks.findings import STATUS_ORDER
 
-STATUS_ORDER = ("pass", "warn", "fail", "unreachable")
 NO_PYTHON_EXIT = 127
 
 FanOut = Callable[..., list]

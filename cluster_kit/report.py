@@ -8,9 +8,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from cluster_kit.checks.findings import STATUS_ORDER
 from cluster_kit.hostlist import fold
 
-SEVERITY = {"unreachable": 0, "fail": 1, "warn": 2, "pass": 3}
+# Sort position of a status in reports: the worst first.
+SEVERITY = {status: position for position, status in enumerate(reversed(STATUS_ORDER))}
 
 
 def format_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
@@ -56,7 +58,7 @@ def preflight_rows(entries: Sequence[dict[str, Any]]) -> list[list[str]]:
 
 def summary_line(summary: dict[str, int]) -> str:
     """`N pass, N warn, N fail, N unreachable`."""
-    return ", ".join(f"{summary[k]} {k}" for k in ("pass", "warn", "fail", "unreachable"))
+    return ", ".join(f"{summary[k]} {k}" for k in STATUS_ORDER)
 
 
 def preflight_table(report: dict[str, Any]) -> str:

@@ -10,7 +10,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-STATUS_RANK = {"pass": 0, "warn": 1, "fail": 2}
+# Node and finding statuses, best to worst ("unreachable": SSH never got an answer).
+STATUS_ORDER = ("pass", "warn", "fail", "unreachable")
+STATUS_RANK = {status: rank for rank, status in enumerate(STATUS_ORDER)}
 
 Facts = Mapping[str, Any]
 Profile = Mapping[str, Any]
@@ -42,7 +44,7 @@ def warned(check_id: str, message: str, fix: str) -> Finding:
 
 
 def worst(statuses: Iterable[str]) -> str:
-    """The worst of several statuses: pass < warn < fail (pass when there are none)."""
+    """The worst of several statuses: pass < warn < fail < unreachable (pass when there are none)."""
     return max(statuses, key=lambda s: STATUS_RANK.get(s, len(STATUS_RANK)), default="pass")
 
 
