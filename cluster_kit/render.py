@@ -1,7 +1,8 @@
 """Effective job settings -> sbatch script text.
 
-Pure: nothing here reads job files, runs processes or writes files. The only
-import beyond the standard library is jinja2, so `clusterkit render` stays fast.
+Pure: nothing here reads job files, runs processes or writes files. Beyond the
+standard library it imports only jinja2 and schema.py (which config.py has
+already loaded on the way here), so `clusterkit render` stays fast.
 
 Quoting rules the templates rely on:
 - every user value in the shell body goes through the `shq` filter (POSIX
@@ -26,8 +27,8 @@ from typing import Any
 import jinja2
 
 from cluster_kit.errors import InputError
+from cluster_kit.schema import ENV_NAME_RE, gpu_count
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _SBATCH_OPTION = re.compile(r"[a-z][a-z0-9-]*\Z")
 # Bare #SBATCH values need none of sbatch's quoting; anything else is quoted.
 _SBATCH_BARE = re.compile(r"[A-Za-z0-9_.,:/%@+=^~-]+\Z")
@@ -95,7 +96,7 @@ def shjoin(values: Sequence[Any]) -> str:
 def shname(name: Any) -> str:
     """Pass through a shell variable name, refusing anything that is not one."""
     text = str(name)
-    if not _ENV_NAME.match(text):
+    if not ENV_NAME_RE.fullmatch(text):
         raise InputError(
             f"{text!r} is not a valid environment variable name",
             fix="use letters, digits and underscores, not starting with a digit",
@@ -251,20 +252,15 @@ def tasks_per_node(settings: Mapping[str, Any]) -> int:
     if settings.get("ntasks_per_node"):
         return int(settings["ntasks_per_node"])
     if settings.get("launcher") == "srun" and settings.get("gpus_per_node"):
-        return _gpu_count(settings["gpus_per_node"])
+        return gpu_count(settings["gpus_per_node"])
     return 1
 
 
 def procs_per_node(settings: Mapping[str, Any]) -> int:
     """Training processes per node: one per GPU, else one per Slurm task."""
     if settings.get("gpus_per_node"):
-        return _gpu_count(settings["gpus_per_node"])
+        return gpu_count(settings["gpus_per_node"])
     return tasks_per_node(settings)
-
-
-def _gpu_count(gpus: Any) -> int:
-    """`8` or `h100:8` -> 8 (sbatch accepts a type prefix on --gpus-per-node)."""
-    return int(str(gpus).rsplit(":", 1)[-1])
 
 
 def step_cpus_per_task(settings: Mapping[str, Any]) -> int | None:

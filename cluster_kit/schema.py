@@ -18,12 +18,13 @@ import difflib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
-from cluster_kit.yamlfile import KeyPath
+if TYPE_CHECKING:  # only a type: render.py imports this module and must not load yaml
+    from cluster_kit.yamlfile import KeyPath
 
 Check = Callable[[Any], Optional[str]]  # noqa: UP045 - evaluated at runtime on 3.9
-Problem = tuple[KeyPath, str]
+Problem = tuple["KeyPath", str]
 
 
 # --------------------------------------------------------------------------- spec nodes
@@ -127,7 +128,7 @@ def gpus() -> Check:
 
 
 def gpu_count(value: Any) -> int:
-    """8 or "h100:8" -> 8."""
+    """8 or "h100:8" -> 8 (sbatch accepts a type prefix on --gpus-per-node)."""
     return int(str(value).rsplit(":", 1)[-1])
 
 
