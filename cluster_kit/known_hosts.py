@@ -201,19 +201,53 @@ def known_key_types(entries: Iterable[Entry], name: str) -> list[str]:
 _APPEND_LOCK = threading.Lock()
 
 
-def _read_entries(path: str) -> list[Entry]:
+class EntryIndex:
+    """One file's entries, indexed by the literal host names they list.
+
+    With one line per node, scanning every entry for every host of a fan-out is
+    quadratic. An entry whose positive patterns are all plain names can match
+    only those names (negations only narrow it), so it is filed under them;
+    hashed and wildcard entries can match any name and are always scanned.
+    """
+
+    def __init__(self, entries: list[Entry]) -> None:
+        self.entries = entries
+        self._by_name: dict[str, list[int]] = {}
+        self._always: list[int] = []
+        for index, entry in enumerate(entries):
+            positive = [p for p in entry.patterns if not p.startswith("!")]
+            if not all(_is_literal(p) for p in positive):
+                self._always.append(index)
+                continue
+            for name in dict.fromkeys(p.lower() for p in positive):
+                self._by_name.setdefault(name, []).append(index)
+
+    def candidates(self, name: str) -> list[Entry]:
+        """The entries that may match `name`, in file order (`Entry.matches` decides)."""
+        indexes = self._by_name.get(name.lower(), [])
+        if self._always:
+            indexes = sorted(indexes + self._always)
+        return [self.entries[i] for i in indexes]
+
+
+def _is_literal(pattern: str) -> bool:
+    """A pattern `_pattern_matches` compares as a plain (case-insensitive) name."""
+    return not pattern.startswith("|1|") and "*" not in pattern and "?" not in pattern
+
+
+def _read_entries(path: str) -> EntryIndex:
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
-            return parse_text(handle.read(), path)
+            return EntryIndex(parse_text(handle.read(), path))
     except OSError:
-        return []
+        return EntryIndex([])
 
 
-_FILES: FileCache[list[Entry]] = FileCache(_read_entries, list)
+_FILES: FileCache[EntryIndex] = FileCache(_read_entries, lambda: EntryIndex([]))
 
 
-def load_file(path: str) -> list[Entry]:
-    """Entries of one file (empty when it does not exist), re-read only when it changed."""
+def load_file(path: str) -> EntryIndex:
+    """Entries of one file (none when it does not exist), re-read only when it changed."""
     return _FILES.get(path)
 
 
@@ -229,14 +263,16 @@ class KnownHosts:
         self.user_files = tuple(user_files)
         self.global_files = tuple(global_files)
 
-    def entries(self) -> list[Entry]:
-        return [e for path in self.user_files + self.global_files for e in load_file(path)]
+    def entries(self, name: str) -> list[Entry]:
+        """The entries of every file that may match `name`, in file order."""
+        return [e for path in self.user_files + self.global_files
+                for e in load_file(path).candidates(name)]
 
     def check(self, name: str, key_type: str, blob: bytes) -> Verdict:
-        return check(self.entries(), name, key_type, blob)
+        return check(self.entries(name), name, key_type, blob)
 
     def key_types(self, name: str) -> list[str]:
-        return known_key_types(self.entries(), name)
+        return known_key_types(self.entries(name), name)
 
     @property
     def record_file(self) -> str:

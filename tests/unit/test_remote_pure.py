@@ -91,6 +91,39 @@ def test_a_known_key_of_another_type_counts_as_changed() -> None:
     assert kh.known_key_types(entries, "gpu001") == ["ssh-rsa"]
 
 
+def test_index_looks_at_a_hosts_own_lines_and_the_patterned_ones() -> None:
+    index = kh.EntryIndex(kh.parse_text("\n".join([
+        f"gpu001,GPU002 {ED} {KEY1}",
+        f"gpu* {ED} {KEY2}",
+        f"gpu003,!gpu001 {ED} {KEY2}",
+        f"{HASHED_GPU001} {ED} {KEY1}",
+        f"gpu001 ssh-rsa {KEY2}",
+    ]), "/k"))
+    assert [e.origin for e in index.candidates("GPU001")] == ["/k:1", "/k:2", "/k:4", "/k:5"]
+    assert [e.origin for e in index.candidates("gpu002")] == ["/k:1", "/k:2", "/k:4"]
+    assert [e.origin for e in index.candidates("login1")] == ["/k:2", "/k:4"]
+
+
+@pytest.mark.parametrize("name", ["gpu001", "GPU002", "gpu003", "gpu013", "[gpu001]:2222",
+                                  "login1", "x"])
+def test_indexed_verdicts_are_the_full_scans(tmp_path: Path, name: str) -> None:
+    text = "\n".join([
+        f"gpu001,gpu002 {ED} {KEY1}",
+        f"[gpu001]:2222 ssh-rsa {KEY2}",
+        f"gpu0?3,!gpu013 {ED} {KEY2}",
+        f"@revoked gpu002 {ED} {KEY1}",
+        f"{HASHED_GPU001} ssh-rsa {KEY1}",
+        f"@cert-authority * {ED} {KEY2}",
+        f"!gpu001 {ED} {KEY2}",
+    ])
+    path = tmp_path / "known_hosts"
+    path.write_text(text)
+    store, entries = kh.KnownHosts([str(path)]), kh.parse_text(text, str(path))
+    for key_type, blob in [(ED, BLOB1), (ED, BLOB2), ("ssh-rsa", BLOB1)]:
+        assert store.check(name, key_type, blob) == kh.check(entries, name, key_type, blob)
+    assert store.key_types(name) == kh.known_key_types(entries, name)
+
+
 def test_accept_appends_once_and_reads_its_own_write(tmp_path: Path) -> None:
     path = tmp_path / "sub" / "known_hosts"
     store = kh.KnownHosts([str(path)])
