@@ -149,16 +149,6 @@ def _same_file(a: Path, b: Path) -> bool:
     return os.path.abspath(a) == os.path.abspath(b)
 
 
-def find_profile(ref: str, search: SearchPath, base: Path | None = None) -> Path:
-    """Module-level form of `SearchPath.find_profile`."""
-    return search.find_profile(ref, base)
-
-
-def find_template(ref: str, search: SearchPath, base: Path | None = None) -> Path:
-    """Module-level form of `SearchPath.find_template`."""
-    return search.find_template(ref, base)
-
-
 def list_profiles(search: SearchPath) -> list[tuple[str, Path]]:
     """Module-level form of `SearchPath.list_profiles`."""
     return search.list_profiles()
