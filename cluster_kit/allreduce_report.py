@@ -15,6 +15,7 @@ below 256 MiB uses its largest message instead, and says so in ``basis``.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 MARKER = "CLUSTERKIT_ALLREDUCE "
@@ -27,15 +28,20 @@ class SweepLogError(ValueError):
     """A marker line that is not the JSON the sweep writes."""
 
 
+def marker_payloads(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, text after the marker) of every marker line, in log order."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        start = line.find(MARKER)
+        if start >= 0:
+            yield number, line[start + len(MARKER) :]
+
+
 def parse_sweep_log(text: str) -> list[Row]:
     """The result rows (``kind == "result"``) of every marker line, in log order."""
     rows = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        start = line.find(MARKER)
-        if start < 0:
-            continue
+    for number, payload in marker_payloads(text):
         try:
-            record = json.loads(line[start + len(MARKER) :])
+            record = json.loads(payload)
         except json.JSONDecodeError as exc:
             raise SweepLogError(
                 f"line {number}: marker line is not JSON: {exc}"
@@ -47,15 +53,13 @@ def parse_sweep_log(text: str) -> list[Row]:
 
 def parse_sweep_meta(text: str) -> dict[str, Any]:
     """The sweep's ``kind == "meta"`` record (versions, device), or {} if absent."""
-    for line in text.splitlines():
-        start = line.find(MARKER)
-        if start >= 0:
-            try:
-                record = json.loads(line[start + len(MARKER) :])
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict) and record.get("kind") == "meta":
-                return record
+    for _number, payload in marker_payloads(text):
+        try:
+            record = json.loads(payload)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and record.get("kind") == "meta":
+            return record
     return {}
 
 
