@@ -26,6 +26,7 @@ from cluster_kit.audit import (
     node_key,
     summarize_changes,
 )
+from cluster_kit.checks.findings import with_fix
 from cluster_kit.hostlist import expand
 from cluster_kit.render import builtin_template_dir
 from cluster_kit.report import SEVERITY, format_table
@@ -119,7 +120,7 @@ def _drift_table(audit: Mapping[str, Any]) -> str:
 
 
 def _problem_table(audit: Mapping[str, Any]) -> str:
-    rows = [[g["status"], g["nodes"], g["id"], printable(g["message"] + (f" (fix: {g['fix']})" if g["fix"] else ""))]
+    rows = [[g["status"], g["nodes"], g["id"], printable(with_fix(g["message"], g["fix"]))]
             for g in problem_groups(audit.get("checks", []))]
     if not rows:
         return "CHECKS: every reachable node passed"

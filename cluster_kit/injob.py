@@ -64,6 +64,7 @@ def read_facts(text: str) -> dict:
 def verdicts(facts: dict, nodes: list, profile: dict) -> list:
     """(node, status, problem lines) per expected node; a silent node fails."""
     from cluster_kit.checks import evaluate, node_status
+    from cluster_kit.checks.findings import with_fix
 
     out = []
     for node in nodes:
@@ -71,7 +72,7 @@ def verdicts(facts: dict, nodes: list, profile: dict) -> list:
             out.append((node, "fail", ["probe.run: the probe printed nothing on this node"]))
             continue
         findings = [f for f in evaluate(facts[node], profile) if f.status != "pass"]
-        lines = [f"{f.id}: {f.message}" + (f" (fix: {f.fix})" if f.fix else "") for f in findings]
+        lines = [f"{f.id}: {with_fix(f.message, f.fix)}" for f in findings]
         out.append((node, node_status(findings), lines))
     return out
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from cluster_kit.checks.findings import STATUS_ORDER
+from cluster_kit.checks.findings import STATUS_ORDER, with_fix
 from cluster_kit.hostlist import fold
 
 # Sort position of a status in reports: the worst first.
@@ -51,8 +51,7 @@ def preflight_rows(entries: Sequence[dict[str, Any]]) -> list[list[str]]:
         if not problems:
             rows.append([status, nodes, "-", f"all {passed} checks passed"])
         for check_id, check_status, message, fix in problems:
-            text = f"{message} (fix: {fix})" if fix else message
-            rows.append([check_status, nodes, check_id, text])
+            rows.append([check_status, nodes, check_id, with_fix(message, fix)])
     return rows
 
 

@@ -43,6 +43,11 @@ def warned(check_id: str, message: str, fix: str) -> Finding:
     return Finding(check_id, "warn", message, fix)
 
 
+def with_fix(message: str, fix: str) -> str:
+    """A finding as one line for people: "message (fix: fix)", or the message alone."""
+    return f"{message} (fix: {fix})" if fix else message
+
+
 def worst(statuses: Iterable[str]) -> str:
     """The worst of several statuses: pass < warn < fail < unreachable (pass when there are none)."""
     return max(statuses, key=lambda s: STATUS_RANK.get(s, len(STATUS_RANK)), default="pass")
