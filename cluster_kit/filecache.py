@@ -10,12 +10,12 @@ T = TypeVar("T")
 
 
 class FileCache(Generic[T]):
-    """`get(path)` parses a file once per (mtime, size); a missing file gives `missing()`.
+    """`get(path)` parses a file once per (mtime, size); a missing file gives `missing(path)`.
 
     The parse runs under the lock, so concurrent first readers parse once.
     """
 
-    def __init__(self, parse: Callable[[str], T], missing: Callable[[], T]) -> None:
+    def __init__(self, parse: Callable[[str], T], missing: Callable[[str], T]) -> None:
         self._parse = parse
         self._missing = missing
         self._lock = threading.Lock()
@@ -25,7 +25,7 @@ class FileCache(Generic[T]):
         try:
             stat = os.stat(path)
         except OSError:
-            return self._missing()
+            return self._missing(path)
         signature = (stat.st_mtime_ns, stat.st_size)
         with self._lock:
             cached = self._cache.get(path)

@@ -243,7 +243,7 @@ def _read_entries(path: str) -> EntryIndex:
         return EntryIndex([])
 
 
-_FILES: FileCache[EntryIndex] = FileCache(_read_entries, lambda: EntryIndex([]))
+_FILES: FileCache[EntryIndex] = FileCache(_read_entries, lambda _path: EntryIndex([]))
 
 
 def load_file(path: str) -> EntryIndex:

@@ -216,7 +216,7 @@ def _empty_ssh_config() -> _IndexedConfig:
     return _IndexedConfig(paramiko.SSHConfig())
 
 
-_SSH_CONFIGS = FileCache(_parse_ssh_config, _empty_ssh_config)
+_SSH_CONFIGS = FileCache(_parse_ssh_config, lambda _path: _empty_ssh_config())
 
 
 def _load_ssh_config(path: str | None) -> _IndexedConfig:
@@ -468,26 +468,6 @@ def _verify_host_key(transport: paramiko.Transport, endpoint: Endpoint, known: K
 # ----------------------------------------------------------------------------
 # Authentication: identity files, then ssh-agent; keys only, never a prompt
 
-_KEY_CACHE: dict[str, tuple[tuple[int, int], paramiko.PKey | None, str]] = {}
-_KEY_LOCK = threading.Lock()
-
-
-def _load_key(path: str) -> tuple[paramiko.PKey | None, str]:
-    """(key, "") or (None, why not); each file is read once while unchanged."""
-    try:
-        stat = os.stat(path)
-    except OSError:
-        return None, f"{_short(path)} not found"
-    signature = (stat.st_mtime_ns, stat.st_size)
-    with _KEY_LOCK:
-        cached = _KEY_CACHE.get(path)
-        if cached and cached[0] == signature:
-            return cached[1], cached[2]
-        key, problem = _read_key(path)
-        _KEY_CACHE[path] = (signature, key, problem)
-        return key, problem
-
-
 def _read_key(path: str) -> tuple[paramiko.PKey | None, str]:
     try:
         return paramiko.PKey.from_path(path), ""
@@ -498,12 +478,20 @@ def _read_key(path: str) -> tuple[paramiko.PKey | None, str]:
         return None, f"{_short(path)} is not a usable private key ({_one_line(exc)})"
 
 
+def _missing_key(path: str) -> tuple[paramiko.PKey | None, str]:
+    return None, f"{_short(path)} not found"
+
+
+# (key, "") or (None, why not); each file is read once while unchanged
+_KEYS = FileCache(_read_key, _missing_key)
+
+
 def _authenticate(transport: paramiko.Transport, endpoint: Endpoint, deadline: float) -> None:
     """Public-key auth with each identity file, then each agent key, until one works."""
     tried: list[str] = []
     notes: list[str] = []
     for path in endpoint.identity_files:
-        key, problem = _load_key(path)
+        key, problem = _KEYS.get(path)
         if key is None:
             if not (endpoint.default_identities and problem.endswith("not found")):
                 notes.append(problem)
