@@ -19,7 +19,7 @@ from typing import Any
 
 from cluster_kit import schema
 from cluster_kit.errors import InputError, ValidationError
-from cluster_kit.yamlfile import KeyPath, YamlDoc, YamlError
+from cluster_kit.yamlfile import KeyPath, YamlDoc, YamlError, nearest
 from cluster_kit.yamlfile import load as load_yaml
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
@@ -316,11 +316,8 @@ def _key_paths(value: Any, prefix: KeyPath) -> Iterable[KeyPath]:
 
 
 def _where(origins: Mapping[KeyPath, str], path: KeyPath, default: Path) -> str:
-    while path:
-        if path in origins:
-            return origins[path]
-        path = path[:-1]
-    return f"{default}:1"
+    where = nearest(origins, path)
+    return f"{default}:1" if where is None else where
 
 
 # --------------------------------------------------------------------------- jobs

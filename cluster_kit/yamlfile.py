@@ -11,16 +11,17 @@ side table from key paths to line numbers, so every later message can say
 from __future__ import annotations
 
 import re
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, TypeVar, Union
 
 import yaml
 
 from cluster_kit.errors import InputError
 
 KeyPath = tuple[Union[str, int], ...]  # noqa: UP007 - evaluated at runtime on 3.9
+_T = TypeVar("_T")
 
 _INT_TAG = "tag:yaml.org,2002:int"
 _FLOAT_TAG = "tag:yaml.org,2002:float"
@@ -83,15 +84,21 @@ class YamlDoc:
 
     def line(self, path: KeyPath) -> int:
         """Line of `path`, or of its nearest ancestor that has one (1 for the root)."""
-        while path:
-            if path in self.lines:
-                return self.lines[path]
-            path = path[:-1]
-        return 1
+        line = nearest(self.lines, path)
+        return 1 if line is None else line
 
     def where(self, path: KeyPath = ()) -> str:
         """`FILE:LINE` for a key path."""
         return f"{self.path}:{self.line(path)}"
+
+
+def nearest(table: Mapping[KeyPath, _T], path: KeyPath) -> _T | None:
+    """The entry of `path`, or of its nearest ancestor that has one; None if none has."""
+    while path:
+        if path in table:
+            return table[path]
+        path = path[:-1]
+    return None
 
 
 def load(path: str | Path) -> YamlDoc:
