@@ -20,6 +20,7 @@ class App:
 
         self.search = SearchPath.from_environment([Path(p) for p in profile_paths])
         self.verbose = verbose
+        self._runners: dict[str, Any] = {}
 
     def job(self, path: str) -> Any:
         from cluster_kit.config import load_job
@@ -32,13 +33,18 @@ class App:
         return load_profile(ref, self.search)
 
     def runner(self, profile_data: dict[str, Any]) -> Any:
-        """Where sbatch/squeue run: on login.host over SSH, or here."""
+        """Where sbatch/squeue run: on login.host over SSH, or here.
+
+        One runner per login section for the whole command, so that the steps of
+        a command (sinfo, sbatch, squeue while waiting) share it.
+        """
         from cluster_kit import slurm_runner
 
-        login = profile_data.get("login")
-        if login and login.get("host"):
-            return slurm_runner.LoginRunner(login)
-        return slurm_runner.LocalRunner()
+        login = profile_data.get("login") or {}
+        key = repr(sorted(login.items())) if login.get("host") else ""
+        if key not in self._runners:
+            self._runners[key] = slurm_runner.LoginRunner(login) if key else slurm_runner.LocalRunner()
+        return self._runners[key]
 
     def fan_out(self, profile_data: dict[str, Any], deep: bool = False) -> Any:
         """A fan_out bound to the profile's SSH settings.
