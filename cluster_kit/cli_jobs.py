@@ -147,6 +147,15 @@ def cancel(app: App, job_id: str, profile_ref: str | None) -> None:
     click.echo(f"cancelled {job_id}")
 
 
+def echo_output(runner: Any, job_id: str, offset: int) -> int:
+    """Print the job's output from byte `offset` on; the offset after it."""
+    from cluster_kit import slurm_runner
+
+    chunk = slurm_runner.read_output(runner, job_id, offset)
+    click.echo(chunk, nl=False)
+    return offset + len(chunk.encode())
+
+
 @click.command()
 @job_id_arg
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
@@ -157,16 +166,13 @@ def logs(app: App, job_id: str, follow: bool, profile_ref: str | None) -> None:
     from cluster_kit import slurm_runner
 
     runner = job_runner(app, profile_ref)
-    offset = 0
-    while True:
-        chunk = slurm_runner.read_output(runner, job_id, offset)
-        click.echo(chunk, nl=False)
-        offset += len(chunk.encode())
-        if not follow or slurm_runner.is_finished(runner, job_id):
-            if follow:
-                click.echo(slurm_runner.read_output(runner, job_id, offset), nl=False)
-            return
+    offset = echo_output(runner, job_id, 0)
+    if not follow:
+        return
+    while not slurm_runner.is_finished(runner, job_id):
         time.sleep(1.0)
+        offset = echo_output(runner, job_id, offset)
+    echo_output(runner, job_id, offset)  # what the job wrote while it ended
 
 
 @click.group()
