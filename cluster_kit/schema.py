@@ -97,6 +97,11 @@ def _got(value: Any) -> str:
     return f"{_type_name(value)} ({value!r})"
 
 
+def _shown(value: Any) -> str:
+    """A rejected value as messages name it: a string quoted, anything else by its type."""
+    return repr(value) if isinstance(value, str) else _got(value)
+
+
 def integer(lo: int | None = None, hi: int | None = None) -> Check:
     """An integer, optionally within [lo, hi]."""
     def check(value: Any) -> str | None:
@@ -122,8 +127,7 @@ def gpus() -> Check:
             return None
         if isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9_.-]+:[1-9]\d*", value):
             return None
-        shown = repr(value) if isinstance(value, str) else _got(value)
-        return f"{shown} is not a GPU count; use a number such as 8, or type:count such as h100:8"
+        return f"{_shown(value)} is not a GPU count; use a number such as 8, or type:count such as h100:8"
     return check
 
 
@@ -157,8 +161,7 @@ def one_of(*choices: str, ignore_case: bool = False) -> Check:
             return None
         if ignore_case and isinstance(value, str) and value.upper() in choices:
             return None
-        shown = repr(value) if isinstance(value, str) else _got(value)
-        return f"{shown} is not one of {' | '.join(choices)}"
+        return f"{_shown(value)} is not one of {' | '.join(choices)}"
     return check
 
 
@@ -228,8 +231,7 @@ def slurm_time() -> Check:
         if isinstance(value, str) and (
                 _TIME_RE.fullmatch(value) or value.upper() in ("UNLIMITED", "INFINITE")):
             return None
-        shown = repr(value) if isinstance(value, str) else _got(value)
-        return (f"{shown} is not a Slurm time limit; use minutes, MM:SS, HH:MM:SS, D-HH, "
+        return (f"{_shown(value)} is not a Slurm time limit; use minutes, MM:SS, HH:MM:SS, D-HH, "
                 "D-HH:MM, D-HH:MM:SS or UNLIMITED (quoted, e.g. \"04:00:00\")")
     return check
 
@@ -242,8 +244,7 @@ def slurm_memory() -> Check:
     def check(value: Any) -> str | None:
         if (_is_int(value) and value >= 0) or (isinstance(value, str) and _SIZE_RE.fullmatch(value)):
             return None
-        shown = repr(value) if isinstance(value, str) else _got(value)
-        return f"{shown} is not a memory size; use megabytes (e.g. 0 or 16000) or 500M, 64G, 1T"
+        return f"{_shown(value)} is not a memory size; use megabytes (e.g. 0 or 16000) or 500M, 64G, 1T"
     return check
 
 
@@ -254,8 +255,7 @@ def memlock() -> Check:
             return None
         if isinstance(value, str) and (value.lower() == "unlimited" or _SIZE_RE.fullmatch(value)):
             return None
-        shown = repr(value) if isinstance(value, str) else _got(value)
-        return f"{shown} is not a memlock limit; use unlimited or a size such as 1024K, 8M, 64G"
+        return f"{_shown(value)} is not a memlock limit; use unlimited or a size such as 1024K, 8M, 64G"
     return check
 
 
@@ -276,8 +276,7 @@ def dotted_version() -> Check:
                     "(535.40 becomes 535.4); quote the version, e.g. \"535.104.05\"")
         if _is_int(value) or (isinstance(value, str) and re.fullmatch(r"\d+(\.\d+)*", value)):
             return None
-        shown = repr(value) if isinstance(value, str) else _got(value)
-        return f"{shown} is not a dotted version; use e.g. \"535.104.05\""
+        return f"{_shown(value)} is not a dotted version; use e.g. \"535.104.05\""
     return check
 
 
@@ -303,8 +302,7 @@ def ib_hca() -> Check:
     def check(value: Any) -> str | None:
         if isinstance(value, str) and _HCA_RE.fullmatch(value):
             return None
-        shown = repr(value) if isinstance(value, str) else _got(value)
-        return f"{shown} is not an HCA; use a device name with an optional port, e.g. mlx5_0:1"
+        return f"{_shown(value)} is not an HCA; use a device name with an optional port, e.g. mlx5_0:1"
     return check
 
 
