@@ -252,14 +252,18 @@ def build_squeue(job_id: str) -> list[str]:
 
 def parse_squeue(stdout: str) -> list[SqueueRow]:
     """Rows of `build_squeue`'s output (the job name, last, may hold `|`)."""
-    rows = []
+    return [SqueueRow(*fields) for fields in _delimited_rows(stdout, SQUEUE_FIELDS, "squeue")]
+
+
+def _delimited_rows(stdout: str, names: tuple[str, ...], command: str) -> Iterator[list[str]]:
+    """The `|`-separated fields of each non-blank line; the last field keeps any
+    further `|`. ValueError for a line with too few fields."""
     for line in stdout.splitlines():
         if line.strip():
-            fields = line.split(FIELD_SEP, len(SQUEUE_FIELDS) - 1)
-            if len(fields) != len(SQUEUE_FIELDS):
-                raise ValueError(f"unexpected squeue line: {line!r}")
-            rows.append(SqueueRow(*fields))
-    return rows
+            fields = line.split(FIELD_SEP, len(names) - 1)
+            if len(fields) != len(names):
+                raise ValueError(f"unexpected {command} line: {line!r}")
+            yield fields
 
 
 def is_unknown_job(stderr: str) -> bool:
@@ -304,15 +308,9 @@ def parse_sacct(stdout: str, stderr: str = "") -> list[SacctRow] | AccountingDis
     """The job's rows (job first, then steps), or AccountingDisabled."""
     if "accounting storage is disabled" in stderr.lower():
         return AccountingDisabled(slurm_error_message(stderr))
-    rows = []
-    for line in stdout.splitlines():
-        if line.strip():
-            fields = line.split(FIELD_SEP, len(SACCT_FIELDS) - 1)
-            if len(fields) != len(SACCT_FIELDS):
-                raise ValueError(f"unexpected sacct line: {line!r}")
-            job_id, state, exit_code, elapsed, nodes, name = fields
-            rows.append(SacctRow(job_id, state, parse_exit_code(exit_code), elapsed, nodes, name))
-    return rows
+    rows = _delimited_rows(stdout, SACCT_FIELDS, "sacct")
+    return [SacctRow(job_id, state, parse_exit_code(exit_code), elapsed, nodes, name)
+            for job_id, state, exit_code, elapsed, nodes, name in rows]
 
 
 def sacct_job_row(rows: list[SacctRow], job_id: str) -> SacctRow | None:
@@ -399,7 +397,7 @@ class ScancelResult:
 
     @property
     def unknown_job(self) -> bool:
-        return self.error is not None and "Invalid job id specified" in self.error
+        return self.error is not None and is_unknown_job(self.error)
 
 
 def parse_scancel(stderr: str) -> ScancelResult:
@@ -439,13 +437,8 @@ def build_sinfo_nodes(partition: str | None = None) -> list[str]:
 def parse_sinfo_nodes(stdout: str) -> list[NodeRow]:
     """Rows of `build_sinfo_nodes`' output; a node in two partitions shows once."""
     rows: dict[str, NodeRow] = {}
-    for line in stdout.splitlines():
-        if line.strip():
-            fields = line.split(FIELD_SEP, len(SINFO_FIELDS) - 1)
-            if len(fields) != len(SINFO_FIELDS):
-                raise ValueError(f"unexpected sinfo line: {line!r}")
-            node, state, reason = fields
-            rows.setdefault(node, NodeRow(node, state, "" if reason == "none" else reason))
+    for node, state, reason in _delimited_rows(stdout, SINFO_FIELDS, "sinfo"):
+        rows.setdefault(node, NodeRow(node, state, "" if reason == "none" else reason))
     return list(rows.values())
 
 
