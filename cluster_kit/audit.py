@@ -19,7 +19,7 @@ import functools
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from cluster_kit.errors import InputError
 from cluster_kit.facts import flatten as flatten_facts
@@ -40,6 +40,7 @@ MAX_REASON_IDS = 3
 PROBLEM_STATUSES = ("fail", "unreachable")
 
 FlatFacts = dict[str, str]
+Key = TypeVar("Key")
 PerNode = Callable[[str], bool]
 Flatten = Callable[[dict[str, Any]], FlatFacts]
 
@@ -65,6 +66,14 @@ def sort_nodes(nodes: Iterable[str]) -> list[str]:
 def fold_nodes(nodes: Iterable[str]) -> str:
     """One folded hostlist of the nodes, in natural order (fold merges only neighbours)."""
     return fold(sort_nodes(nodes))
+
+
+def nodes_by(pairs: Iterable[tuple[Key, str]]) -> dict[Key, list[str]]:
+    """{key: nodes} from (key, node) pairs: the nodes that share a value, outcome or reason."""
+    groups: dict[Key, list[str]] = {}
+    for key, node in pairs:
+        groups.setdefault(key, []).append(node)
+    return groups
 
 
 # ---------------------------------------------------------------- drift
@@ -311,10 +320,7 @@ def _change_line(fact: str, before: str, after: str, nodes: str) -> str:
 def summarize_changes(changes: Iterable[Mapping[str, str]]) -> list[str]:
     """One line per identical change with the folded nodes, sorted by fact:
     `gpu.driver 535.104.05 -> 550.54.15 on gpu[001-012]`."""
-    groups: dict[tuple[str, str, str], list[str]] = {}
-    for change in changes:
-        key = (change["fact"], change["before"], change["after"])
-        groups.setdefault(key, []).append(change["node"])
+    groups = nodes_by(((c["fact"], c["before"], c["after"]), c["node"]) for c in changes)
     return [_change_line(*key, fold_nodes(groups[key])) for key in sorted(groups)]
 
 
@@ -371,9 +377,7 @@ def undrain_plan(audit: Mapping[str, Any], slurm_nodes: Any = None) -> list[str]
 
 def build_drain_commands(plan: Iterable[tuple[str, str]]) -> list[list[str]]:
     """One scontrol argv per distinct reason, its nodes folded into one hostlist."""
-    by_reason: dict[str, list[str]] = {}
-    for node, reason in plan:
-        by_reason.setdefault(reason, []).append(node)
+    by_reason = nodes_by((reason, node) for node, reason in plan)
     return [build_scontrol_update_nodes(fold_nodes(by_reason[r]), "DRAIN", r) for r in sorted(by_reason)]
 
 

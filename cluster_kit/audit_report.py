@@ -24,6 +24,7 @@ from cluster_kit.audit import (
     fold_nodes,
     is_drained,
     node_key,
+    nodes_by,
     summarize_changes,
 )
 from cluster_kit.checks.findings import with_fix
@@ -65,21 +66,19 @@ def printable(value: Any) -> str:
 
 def outlier_groups(outliers: Mapping[str, str]) -> list[tuple[str, str]]:
     """(value, folded nodes) per distinct outlier value, the most common first."""
-    groups: dict[str, list[str]] = {}
-    for node, value in outliers.items():
-        groups.setdefault(value, []).append(node)
+    groups = nodes_by((value, node) for node, value in outliers.items())
     ordered = sorted(groups, key=lambda v: (-len(groups[v]), v))
     return [(value, fold_nodes(groups[value])) for value in ordered]
 
 
+def _finding_key(check: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    return (check["status"], check["id"], check.get("message", ""), check.get("fix") or "")
+
+
 def problem_groups(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
     """Non-passing checks grouped by identical finding, worst first, nodes folded."""
-    groups: dict[tuple[str, str, str, str], list[str]] = {}
-    for entry in entries:
-        for check in entry.get("checks", []):
-            if check.get("status") != "pass":
-                key = (check["status"], check["id"], check.get("message", ""), check.get("fix") or "")
-                groups.setdefault(key, []).append(entry["node"])
+    groups = nodes_by((_finding_key(check), entry["node"])
+                      for entry in entries for check in entry.get("checks", []) if check.get("status") != "pass")
     ordered = sorted(groups, key=lambda k: (SEVERITY.get(k[0], 9), k[1], k[2]))
     return [{"status": k[0], "id": k[1], "message": k[2], "fix": k[3], "nodes": fold_nodes(groups[k])}
             for k in ordered]
@@ -87,10 +86,8 @@ def problem_groups(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]
 
 def drained_groups(slurm: Mapping[str, Mapping[str, str]]) -> list[dict[str, str]]:
     """Nodes Slurm has drained or is draining, grouped by state and reason."""
-    groups: dict[tuple[str, str], list[str]] = {}
-    for node, record in slurm.items():
-        if is_drained(record):
-            groups.setdefault((record.get("state", ""), record.get("reason", "")), []).append(node)
+    groups = nodes_by(((record.get("state", ""), record.get("reason", "")), node)
+                      for node, record in slurm.items() if is_drained(record))
     return [{"state": k[0], "reason": k[1], "nodes": fold_nodes(groups[k])} for k in sorted(groups)]
 
 
