@@ -205,10 +205,17 @@ IFNAME_CHARS = Charset(r"[A-Za-z0-9_.:@=,^-]", "interface names or prefixes, e.g
 def safe_string(chars: Charset, what: str = SBATCH_WHAT) -> Check:
     """A non-empty string within `chars`."""
     def check(value: Any) -> str | None:
-        if _is_number(value) and what == SBATCH_WHAT:
-            value = str(value)
         problem = text()(value)
         return problem or chars.check(value, what)
+    return check
+
+
+def sbatch_text(chars: Charset) -> Check:
+    """A value of a named #SBATCH option: a safe string, or a number (written as its text)."""
+    check_text = safe_string(chars, SBATCH_WHAT)
+
+    def check(value: Any) -> str | None:
+        return check_text(str(value) if _is_number(value) else value)
     return check
 
 
@@ -533,10 +540,10 @@ SSH = Section({
 })
 
 SLURM_NAMED: dict[str, Spec] = {
-    "partition": Field(safe_string(NAME_CHARS)),
-    "account": Field(safe_string(NAME_CHARS)),
-    "qos": Field(safe_string(NAME_CHARS)),
-    "constraint": Field(safe_string(CONSTRAINT_CHARS)),
+    "partition": Field(sbatch_text(NAME_CHARS)),
+    "account": Field(sbatch_text(NAME_CHARS)),
+    "qos": Field(sbatch_text(NAME_CHARS)),
+    "constraint": Field(sbatch_text(CONSTRAINT_CHARS)),
     "gpus_per_node": Field(gpus()),
     "ntasks_per_node": Field(positive_int()),
     "cpus_per_task": Field(positive_int()),
@@ -599,7 +606,7 @@ JOB_NCCL = Section({**NETWORK_FIELDS, "debug": Field(one_of("VERSION", "WARN", "
                    fill=False)
 
 JOB = Section({
-    "name": Field(safe_string(NAME_CHARS)),
+    "name": Field(sbatch_text(NAME_CHARS)),
     "profile": _str(),
     "nodes": Field(positive_int(), 1),
     "gpus_per_node": Field(gpus()),
@@ -607,8 +614,8 @@ JOB = Section({
     "launcher": Field(one_of("srun", "torchrun"), "srun"),
     "script": _str(),
     "args": ListOf(Field(arg())),
-    "workdir": Field(safe_string(PATH_CHARS)),
-    "output": Field(safe_string(PATH_CHARS)),
+    "workdir": Field(sbatch_text(PATH_CHARS)),
+    "output": Field(sbatch_text(PATH_CHARS)),
     "env": MapOf(env_name(), Field(env_value())),
     "nccl": JOB_NCCL,
     "preflight": Field(boolean(), True),

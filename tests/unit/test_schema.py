@@ -109,3 +109,12 @@ def test_with_defaults_fills_sections_but_leaves_login_and_job_nccl_absent() -> 
     job = schema.with_defaults({"nccl": {"ib_timeout": 22}}, schema.JOB)
     assert job["nccl"] == {"ib_timeout": 22}
     assert (job["nodes"], job["launcher"], job["template"], job["preflight"]) == (1, "srun", "ddp", True)
+
+
+def test_numbers_pass_as_text_on_sbatch_lines_only() -> None:
+    """`partition: 123` is written as its text on an #SBATCH line; a user name must be a string."""
+    assert schema.sbatch_text(schema.NAME_CHARS)(123) is None
+    assert schema.sbatch_text(schema.NAME_CHARS)(True) == "expected a string, got a boolean (True)"
+    assert "must not carry" in (schema.sbatch_text(schema.NAME_CHARS)("a b") or "")
+    assert schema.safe_string(schema.NAME_CHARS, "a user name")(123) == \
+        "expected a string, got an integer (123)"
