@@ -49,9 +49,10 @@ def cli_env(dev_cluster: Any, **extra: str) -> dict[str, str]:
     return env
 
 
-def start(dev_cluster: Any, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+def start(dev_cluster: Any, *args: str, env: dict[str, str] | None = None,
+          cwd: Path = REPO) -> subprocess.Popen[str]:
     """`clusterkit ARGS...` running in the background (stdout/stderr captured)."""
-    return subprocess.Popen(clusterkit_argv() + list(args), cwd=REPO, text=True,
+    return subprocess.Popen(clusterkit_argv() + list(args), cwd=cwd, text=True,
                             env=env or cli_env(dev_cluster), stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
@@ -68,9 +69,9 @@ def finish(proc: subprocess.Popen[str], timeout: float = RUN_TIMEOUT_S) -> subpr
 
 
 def clusterkit(dev_cluster: Any, *args: str, env: dict[str, str] | None = None,
-               timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+               cwd: Path = REPO, timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     """Run `clusterkit ARGS...` to the end."""
-    return finish(start(dev_cluster, *args, env=env), timeout)
+    return finish(start(dev_cluster, *args, env=env, cwd=cwd), timeout)
 
 
 def job_id_of(done: subprocess.CompletedProcess[str]) -> str:
@@ -121,14 +122,19 @@ def scancel(dev_cluster: Any, job_id: str) -> None:
                    capture_output=True, timeout=30)
 
 
+def ssh_section(dev_cluster: Any, **settings: Any) -> dict[str, Any]:
+    """A profile's `ssh` section that reaches the dev cluster's nodes, plus `settings`."""
+    return {"user": dev_cluster.user, "identity_file": str(dev_cluster.ssh_key),
+            "known_hosts": str(dev_cluster.known_hosts), **settings}
+
+
 def cpu_profile(dev_cluster: Any, **extra: Any) -> dict[str, Any]:
     """A profile for the dev cluster that asks for no GPUs (one task per node), so its
     jobs never queue behind the examples that hold the fake GPUs."""
     return {
         "name": "ck-cpu",
         "nodes": "n[1-2]",
-        "ssh": {"user": dev_cluster.user, "identity_file": str(dev_cluster.ssh_key),
-                "known_hosts": str(dev_cluster.known_hosts), "connect_timeout": 5},
+        "ssh": ssh_section(dev_cluster, connect_timeout=5),
         "slurm": {"partition": "debug", "time": "00:03:00", "exclusive": False},
         "environment": {"python": "python3"},
         **extra,

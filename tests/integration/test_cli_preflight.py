@@ -10,14 +10,12 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from jobcli import clusterkit, ssh_section, write_yaml
 
 pytestmark = pytest.mark.integration
 
@@ -27,30 +25,13 @@ IB_NODES = ["ib-ok", "ib-portdown", "ib-nohca", "ib-nopeermem"]
 UNREACHABLE = ["refuse", "silent", "badkey"]
 EXPECT = {"gpus_per_node": 8, "gpu_model": "H100", "min_driver": "535.104", "nccl": ">=2.18",
           "ib_rate_gbps": 400, "peermem": True}
-
-
-def clusterkit_argv() -> list[str]:
-    """The installed console script next to this interpreter, else `python -m cluster_kit`."""
-    script = Path(sys.executable).parent / "clusterkit"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "cluster_kit"]
-
-
-def clusterkit(*args: str, cwd: Path, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*clusterkit_argv(), *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL, check=False)
-
-
-def ssh_section(dev_cluster: Any) -> dict[str, Any]:
-    return {"user": dev_cluster.user, "identity_file": str(dev_cluster.ssh_key),
-            "known_hosts": str(dev_cluster.known_hosts), "connect_timeout": CONNECT_TIMEOUT,
-            "command_timeout": COMMAND_TIMEOUT}
+CLI_TIMEOUT = 90
 
 
 def write_profile(path: Path, name: str, dev_cluster: Any, network: dict[str, Any],
                   expect: dict[str, Any]) -> Path:
-    path.write_text(yaml.safe_dump({"name": name, "ssh": ssh_section(dev_cluster),
-                                    "network": network, "expect": expect}, sort_keys=False))
-    return path
+    ssh = ssh_section(dev_cluster, connect_timeout=CONNECT_TIMEOUT, command_timeout=COMMAND_TIMEOUT)
+    return write_yaml(path, {"name": name, "ssh": ssh, "network": network, "expect": expect})
 
 
 @pytest.fixture(scope="module")
@@ -70,10 +51,10 @@ def profiles(dev_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> dict
     }
 
 
-def preflight_json(profile: Path, nodes: str, *extra: str) -> tuple[dict[str, Any], int, str]:
+def preflight_json(dev_cluster: Any, profile: Path, nodes: str, *extra: str) -> tuple[dict[str, Any], int, str]:
     """(report, exit code, stderr) of `preflight --json`; stdout must be one JSON document."""
-    done = clusterkit("preflight", "--profile", str(profile), "--nodes", nodes, "--json", *extra,
-                      cwd=profile.parent)
+    done = clusterkit(dev_cluster, "preflight", "--profile", str(profile), "--nodes", nodes, "--json",
+                      *extra, cwd=profile.parent, timeout=CLI_TIMEOUT)
     assert "Traceback" not in done.stderr, done.stderr
     return json.loads(done.stdout), done.returncode, done.stderr
 
@@ -88,10 +69,10 @@ def failing(entry: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def mixed_run(profiles: dict[str, Path]) -> tuple[dict[str, Any], int, float]:
+def mixed_run(dev_cluster: Any, profiles: dict[str, Path]) -> tuple[dict[str, Any], int, float]:
     """One preflight of the IB nodes and the three unreachable ones: report, rc, seconds."""
     start = time.monotonic()
-    report, code, _ = preflight_json(profiles["ib"], ",".join(IB_NODES + UNREACHABLE))
+    report, code, _ = preflight_json(dev_cluster, profiles["ib"], ",".join(IB_NODES + UNREACHABLE))
     return report, code, time.monotonic() - start
 
 
@@ -185,7 +166,7 @@ def test_unreachable_nodes_cost_no_more_than_the_timeouts(
 
 
 def test_roce_nodes(dev_cluster: Any, profiles: dict[str, Path]) -> None:
-    report, code, _ = preflight_json(profiles["roce"], "roce-ok,roce-v1")
+    report, code, _ = preflight_json(dev_cluster, profiles["roce"], "roce-ok,roce-v1")
     nodes = by_node(report)
     assert code == 1
     assert nodes["roce-ok"]["status"] == "pass" and failing(nodes["roce-ok"]) == {}
@@ -202,9 +183,9 @@ def test_roce_nodes(dev_cluster: Any, profiles: dict[str, Path]) -> None:
     assert index.group(1) == "2" and "NCCL_IB_GID_INDEX=2" in check["fix"]
 
 
-def test_all_healthy_exits_0_and_folds_into_one_line(profiles: dict[str, Path]) -> None:
-    done = clusterkit("preflight", "--profile", str(profiles["slurm"]), "--nodes", "n[1-2]",
-                      cwd=profiles["slurm"].parent)
+def test_all_healthy_exits_0_and_folds_into_one_line(dev_cluster: Any, profiles: dict[str, Path]) -> None:
+    done = clusterkit(dev_cluster, "preflight", "--profile", str(profiles["slurm"]), "--nodes", "n[1-2]",
+                      cwd=profiles["slurm"].parent, timeout=CLI_TIMEOUT)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stderr == ""  # no progress output without a terminal
     rows = done.stdout.splitlines()
@@ -214,9 +195,9 @@ def test_all_healthy_exits_0_and_folds_into_one_line(profiles: dict[str, Path]) 
     assert rows[-1] == "profile slurm-nodes: 2 pass, 0 warn, 0 fail, 0 unreachable"
 
 
-def test_table_groups_each_distinct_problem_once(profiles: dict[str, Path]) -> None:
-    done = clusterkit("preflight", "--profile", str(profiles["slurm"]), "--nodes", "n[1-2],refuse",
-                      cwd=profiles["slurm"].parent)
+def test_table_groups_each_distinct_problem_once(dev_cluster: Any, profiles: dict[str, Path]) -> None:
+    done = clusterkit(dev_cluster, "preflight", "--profile", str(profiles["slurm"]), "--nodes", "n[1-2],refuse",
+                      cwd=profiles["slurm"].parent, timeout=CLI_TIMEOUT)
     assert done.returncode == 1
     body = [r for r in done.stdout.splitlines()[1:] if r.strip() and not r.startswith("profile ")]
     assert len(body) == 2, done.stdout
@@ -225,9 +206,9 @@ def test_table_groups_each_distinct_problem_once(profiles: dict[str, Path]) -> N
     assert "1 unreachable" in done.stdout.splitlines()[-1]
 
 
-def test_deep_reports_missing_torch_as_a_check(profiles: dict[str, Path]) -> None:
+def test_deep_reports_missing_torch_as_a_check(dev_cluster: Any, profiles: dict[str, Path]) -> None:
     # the nodes' python3 (/usr/bin/python3 for ckuser) has no torch
-    report, code, _ = preflight_json(profiles["ib"], "ib-ok", "--deep")
+    report, code, _ = preflight_json(dev_cluster, profiles["ib"], "ib-ok", "--deep")
     assert code == 1
     entry = by_node(report)["ib-ok"]
     assert list(failing(entry)) == ["nccl.torch"]
@@ -239,16 +220,16 @@ def test_deep_reports_missing_torch_as_a_check(profiles: dict[str, Path]) -> Non
 
 def test_a_changed_node_is_seen_on_the_next_run(dev_cluster: Any, profiles: dict[str, Path]) -> None:
     with dev_cluster.override("ib-ok", "class/infiniband/mlx5_0/ports/1/state", "1: DOWN"):
-        report, code, _ = preflight_json(profiles["ib"], "ib-ok")
+        report, code, _ = preflight_json(dev_cluster, profiles["ib"], "ib-ok")
     assert code == 1
     assert list(failing(by_node(report)["ib-ok"])) == ["rdma.port_state"]
     assert "mlx5_0 port 1 is DOWN" in failing(by_node(report)["ib-ok"])["rdma.port_state"]["message"]
-    report, code, _ = preflight_json(profiles["ib"], "ib-ok")
+    report, code, _ = preflight_json(dev_cluster, profiles["ib"], "ib-ok")
     assert code == 0 and by_node(report)["ib-ok"]["status"] == "pass"
 
 
-def test_probe_json_reports_this_machine(tmp_path: Path) -> None:
-    done = clusterkit("probe", "--json", cwd=tmp_path)
+def test_probe_json_reports_this_machine(dev_cluster: Any, tmp_path: Path) -> None:
+    done = clusterkit(dev_cluster, "probe", "--json", cwd=tmp_path, timeout=CLI_TIMEOUT)
     assert done.returncode == 0 and "Traceback" not in done.stderr
     facts = json.loads(done.stdout)
     for section in ("os", "gpu", "nccl", "rdma", "net", "peermem", "memlock", "iommu", "torch"):

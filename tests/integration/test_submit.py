@@ -26,6 +26,7 @@ from jobcli import (
     rank_lines,
     scancel,
     shared_dir,
+    ssh_section,
     start,
     write_ranks_script,
     write_yaml,
@@ -198,8 +199,7 @@ def files_of(dev_cluster: Any, user: str, since: Path) -> list[str]:
 
 
 def test_submit_status_and_logs_through_the_login_node(dev_cluster: Any, tmp_path: Path) -> None:
-    login = {"host": "login", "user": dev_cluster.user, "identity_file": str(dev_cluster.ssh_key),
-             "known_hosts": str(dev_cluster.known_hosts)}
+    login = {"host": "login", **ssh_section(dev_cluster)}
     profile = write_yaml(tmp_path / "via-login.yaml", cpu_profile(dev_cluster, name="via-login", login=login))
     # Local Slurm commands fail at once with an empty SLURM_CONF: everything has to
     # go through the login node, whose sshd sets the real one.
