@@ -319,10 +319,10 @@ def build_preflight(
 
 def builtin_template_dir() -> Path:
     """The built-in templates: cluster_kit/templates in a wheel, templates/ in a checkout."""
-    packaged = Path(__file__).resolve().parent / "templates"
-    if packaged.is_dir():
-        return packaged
-    return Path(__file__).resolve().parent.parent / "templates"
+    # imported here: config loads yaml, which importing render must not
+    from cluster_kit.config import builtin_dir
+
+    return builtin_dir("templates")
 
 
 def make_environment(template_dirs: Sequence[Path]) -> jinja2.Environment:
