@@ -26,7 +26,6 @@ PER_NODE_FACTS: tuple[str, ...] = (
 )
 _PER_NODE = re.compile("|".join(f"(?:{pattern})" for pattern in PER_NODE_FACTS))
 
-SECTIONS = ("os", "gpu", "nccl", "rdma", "net", "peermem", "memlock", "iommu", "torch")
 PORT_KEYS = ("state", "phys_state", "rate", "link_layer", "lid", "sm_lid")
 HCA_KEYS = ("fw_ver", "board_id", "hca_type", "node_guid", "sys_image_guid")
 NET_KEYS = ("operstate", "carrier", "mtu", "speed", "address")
@@ -126,7 +125,33 @@ def peermem_value(peermem: Mapping[str, Any]) -> str:
     return ",".join(loaded) or "none"
 
 
-FLATTENERS = {"os": flatten_os, "gpu": flatten_gpu, "nccl": flatten_nccl, "rdma": flatten_rdma, "net": flatten_net}
+def flatten_peermem(flat: FlatFacts, peermem: Mapping[str, Any]) -> None:
+    """rdma.peermem: the loaded peer-memory module(s), or "none"."""
+    put(flat, "rdma.peermem", peermem_value(peermem))
+
+
+def flatten_memlock(flat: FlatFacts, memlock: Mapping[str, Any]) -> None:
+    """sys.memlock and sys.memlock_hard (KiB or "unlimited")."""
+    put(flat, "sys.memlock", memlock.get("soft_kib"))
+    put(flat, "sys.memlock_hard", memlock.get("hard_kib"))
+
+
+def flatten_iommu(flat: FlatFacts, iommu: Mapping[str, Any]) -> None:
+    """iommu.groups, iommu.cmdline."""
+    put_keys(flat, "iommu", iommu, ("groups", "cmdline"))
+
+
+def flatten_torch(flat: FlatFacts, torch: Mapping[str, Any]) -> None:
+    """torch.* (--deep only)."""
+    put_keys(flat, "torch", torch, TORCH_KEYS)
+
+
+# One flattener per probe section, in the order the flat facts are built.
+FLATTENERS = {
+    "os": flatten_os, "gpu": flatten_gpu, "nccl": flatten_nccl, "rdma": flatten_rdma, "net": flatten_net,
+    "peermem": flatten_peermem, "memlock": flatten_memlock, "iommu": flatten_iommu, "torch": flatten_torch,
+}
+SECTIONS = tuple(FLATTENERS)
 
 
 def flatten_section(flat: FlatFacts, name: str, data: Mapping[str, Any]) -> None:
@@ -138,17 +163,7 @@ def flatten_section(flat: FlatFacts, name: str, data: Mapping[str, Any]) -> None
         put(flat, f"{name}.status", status or "missing")
         put(flat, f"{name}.error", data.get("error"))
         return
-    if name in FLATTENERS:
-        FLATTENERS[name](flat, data)
-    elif name == "peermem":
-        put(flat, "rdma.peermem", peermem_value(data))
-    elif name == "memlock":
-        put(flat, "sys.memlock", data.get("soft_kib"))
-        put(flat, "sys.memlock_hard", data.get("hard_kib"))
-    elif name == "iommu":
-        put_keys(flat, "iommu", data, ("groups", "cmdline"))
-    elif name == "torch":
-        put_keys(flat, "torch", data, TORCH_KEYS)
+    FLATTENERS[name](flat, data)
 
 
 def flatten(facts: Mapping[str, Any]) -> FlatFacts:
