@@ -216,11 +216,22 @@ def job_status(runner: Runner, job_id: str) -> JobStatus:
     Raises ClusterRefused when no source knows the job or a command fails.
     """
     job_id = slurm.check_job_id(job_id)
+    status = _find_status(runner, job_id)
+    if status is None:
+        raise ClusterRefused(
+            f"Slurm does not know job {job_id}",
+            fix="check the id (squeue --me); without accounting (slurmdbd) Slurm forgets "
+                "a job MinJobAge seconds after it ends",
+        )
+    return status
+
+
+def _find_status(runner: Runner, job_id: str) -> JobStatus | None:
+    """The (checked) job's status from the first source that knows it; None if none does."""
     status = _status_from_squeue(runner, job_id)
     if status is not None and not status.finished:
         return status
-    return _status_from_scontrol(runner, job_id) or _status_from_sacct(runner, job_id) or _unknown(
-        job_id, status)
+    return _status_from_scontrol(runner, job_id) or _status_from_sacct(runner, job_id) or status
 
 
 def _status_from_squeue(runner: Runner, job_id: str) -> JobStatus | None:
@@ -272,16 +283,6 @@ def _status_from_sacct(runner: Runner, job_id: str) -> JobStatus | None:
     return JobStatus(job_id, row.state, "", row.nodes, row.elapsed, row.exit_code, None, "sacct")
 
 
-def _unknown(job_id: str, seen: JobStatus | None) -> JobStatus:
-    if seen is not None:
-        return seen
-    raise ClusterRefused(
-        f"Slurm does not know job {job_id}",
-        fix="check the id (squeue --me); without accounting (slurmdbd) Slurm forgets "
-            "a job MinJobAge seconds after it ends",
-    )
-
-
 def cancel(runner: Runner, job_id: str) -> bool:
     """scancel the job: True if Slurm cancelled it, False if it had already ended.
 
@@ -318,12 +319,8 @@ def wait(runner: Runner, job_id: str, poll: float = 5.0, timeout: float | None =
 
 def is_finished(runner: Runner, job_id: str) -> bool:
     """True once the job ended, or once Slurm no longer knows it."""
-    try:
-        return job_status(runner, job_id).finished
-    except ClusterRefused as exc:
-        if "does not know job" in exc.message:
-            return True
-        raise
+    status = _find_status(runner, slurm.check_job_id(job_id))
+    return status is None or status.finished
 
 
 def job_output_path(runner: Runner, job_id: str) -> str | None:

@@ -99,6 +99,7 @@ def test_submit_refusal_carries_slurms_message(runner: slurm_runner.LocalRunner,
 def test_unknown_job(runner: slurm_runner.LocalRunner) -> None:
     with pytest.raises(ClusterRefused, match="does not know job 987654"):
         slurm_runner.job_status(runner, "987654")
+    assert slurm_runner.is_finished(runner, "987654")
     with pytest.raises(ClusterRefused, match="Invalid job id specified"):
         slurm_runner.cancel(runner, "987654")
 
