@@ -11,7 +11,12 @@ from typing import Any
 import click
 
 from cluster_kit.app import App, pass_app, render_job
-from cluster_kit.cli_nodes import refuse_on_failure, run_preflight_for, select_nodes
+from cluster_kit.cli_nodes import (
+    profile_option,
+    refuse_on_failure,
+    run_preflight_for,
+    select_nodes,
+)
 from cluster_kit.errors import CheckFailed
 
 JOB_FILE = click.Path(exists=True, dir_okay=False)
@@ -38,8 +43,7 @@ def job_runner(app: App, profile_ref: str | None) -> Any:
 
 
 def profile_opt(f: Any) -> Any:
-    return click.option("--profile", "profile_ref", envvar="CLUSTERKIT_PROFILE",
-                        help="Profile whose login host runs Slurm's commands.")(f)
+    return profile_option(f, required=False, help="Profile whose login host runs Slurm's commands.")
 
 
 def job_output_dir(job: Any) -> str | None:

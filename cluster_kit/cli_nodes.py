@@ -12,9 +12,11 @@ from cluster_kit.app import App, pass_app
 from cluster_kit.errors import CheckFailed, InputError
 
 
-def profile_option(f: Callable) -> Callable:
-    return click.option("--profile", "profile_ref", envvar="CLUSTERKIT_PROFILE", required=True,
-                        help="Profile name or path (default: $CLUSTERKIT_PROFILE).")(f)
+def profile_option(f: Callable, required: bool = True,
+                   help: str = "Profile name or path (default: $CLUSTERKIT_PROFILE).") -> Callable:
+    """The --profile option (name or path, $CLUSTERKIT_PROFILE) of the commands."""
+    return click.option("--profile", "profile_ref", envvar="CLUSTERKIT_PROFILE", required=required,
+                        help=help)(f)
 
 
 def nodes_option(f: Callable) -> Callable:
