@@ -143,11 +143,9 @@ def oneline(value: Any) -> str:
 
 
 def _describe_option(option: str) -> str:
-    setting = _SETTING_FOR_OPTION.get(
-        option, f"slurm.sbatch.{option}" if option else ""
-    )
     if not option:
         return "#SBATCH value"
+    setting = _SETTING_FOR_OPTION.get(option, f"slurm.sbatch.{option}")
     return f"{setting} (#SBATCH --{option})"
 
 
