@@ -11,6 +11,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from cluster_kit.checks.rdma import loaded_peermem
+
 FlatFacts = dict[str, str]
 
 # Facts that differ from node to node by nature, so audit leaves them out of drift.
@@ -121,8 +123,7 @@ def flatten_net(flat: FlatFacts, net: Mapping[str, Any]) -> None:
 
 def peermem_value(peermem: Mapping[str, Any]) -> str:
     """The loaded peer-memory module(s), or "none"."""
-    loaded = [name for name in ("nvidia_peermem", "nv_peer_mem") if peermem.get(name)]
-    return ",".join(loaded) or "none"
+    return ",".join(loaded_peermem(peermem)) or "none"
 
 
 def flatten_peermem(flat: FlatFacts, peermem: Mapping[str, Any]) -> None:

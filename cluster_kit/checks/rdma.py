@@ -33,6 +33,7 @@ from cluster_kit.checks.findings import (
 
 LINK_LAYER = {"infiniband": "InfiniBand", "roce": "Ethernet"}
 RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec")
+PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
 PEERMEM_FIX = ("sudo modprobe nvidia_peermem (and list it in /etc/modules-load.d/ so it survives a reboot); "
                "without it NCCL cannot use GPUDirect RDMA and stages every transfer through host memory")
 
@@ -326,13 +327,17 @@ def check_gid_index(selection: Selection, index: str, fabric: str | None) -> Fin
 
 # ---------------------------------------------------------------- rdma.peermem
 
+def loaded_peermem(peermem: Mapping[str, Any]) -> list[str]:
+    """The GPUDirect RDMA peer-memory modules the probe found loaded."""
+    return [name for name in PEERMEM_MODULES if peermem.get(name)]
+
+
 def check_peermem(facts: Facts) -> Finding:
     """rdma.peermem: nvidia_peermem or nv_peer_mem is loaded."""
     problem = section_problem(facts, "peermem")
     if problem is not None:
         return failed("rdma.peermem", f"cannot tell whether nvidia_peermem is loaded: {problem}", PEERMEM_FIX)
-    peermem = section(facts, "peermem")
-    loaded = [name for name in ("nvidia_peermem", "nv_peer_mem") if peermem.get(name)]
+    loaded = loaded_peermem(section(facts, "peermem"))
     if loaded:
         return passed("rdma.peermem", f"{loaded[0]} is loaded")
     return failed("rdma.peermem", "neither nvidia_peermem nor nv_peer_mem is loaded (no GPUDirect RDMA)", PEERMEM_FIX)
