@@ -717,18 +717,26 @@ def _run_host(ctx: _Context, host: str, command: str, stdin: bytes | None,
     transport: paramiko.Transport | None = None
     try:
         transport = _connect_host(ctx, host, attempt)
-        attempt.phase = "running the command"
-        status, out, err = _execute(transport, command, stdin, ctx.settings.command_timeout,
-                                    attempt)
-        return _result(host, attempt, status=status, out=out, err=err)
-    except _CommandTimeout as exc:
-        return _result(host, attempt, out=exc.out, err=exc.err, error=str(exc))
+        return _run_on(transport, host, command, stdin, ctx.settings.command_timeout, attempt)
     except Exception as exc:  # noqa: BLE001 - a host's failure is data, not an exception
         return _result(host, attempt, error=_failure_message(exc, attempt))
     finally:
         attempt.disarm()
         if transport is not None:
             transport.close()
+
+
+def _run_on(transport: paramiko.Transport, host: str, command: str, stdin: bytes | None,
+            timeout: float, attempt: _Attempt) -> HostResult:
+    """Run `command` on a connected transport; any failure becomes the result's error."""
+    attempt.phase = "running the command"
+    try:
+        status, out, err = _execute(transport, command, stdin, timeout, attempt)
+        return _result(host, attempt, status=status, out=out, err=err)
+    except _CommandTimeout as exc:
+        return _result(host, attempt, out=exc.out, err=exc.err, error=str(exc))
+    except Exception as exc:  # noqa: BLE001 - the connection died: an answer, not a crash
+        return _result(host, attempt, error=_failure_message(exc, attempt))
 
 
 def _failure_message(exc: BaseException, attempt: _Attempt) -> str:
@@ -901,15 +909,9 @@ class SshSession:
         """Like `remote.run`, on this connection; `timeout` defaults to command_timeout."""
         limit = timeout if timeout is not None else self._settings.command_timeout
         attempt = _Attempt(limit + GRACE_S)
-        attempt.phase = "running the command"
         attempt.arm(limit + GRACE_S)
         try:
-            status, out, err = _execute(self._transport, command, stdin, limit, attempt)
-            return _result(self.host, attempt, status=status, out=out, err=err)
-        except _CommandTimeout as exc:
-            return _result(self.host, attempt, out=exc.out, err=exc.err, error=str(exc))
-        except Exception as exc:  # noqa: BLE001 - the connection died: an answer, not a crash
-            return _result(self.host, attempt, error=_failure_message(exc, attempt))
+            return _run_on(self._transport, self.host, command, stdin, limit, attempt)
         finally:
             attempt.disarm()
 
