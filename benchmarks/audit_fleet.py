@@ -46,7 +46,15 @@ sys.path.insert(0, str(ROOT / "scripts" / "devcluster"))
 sys.path.insert(0, str(ROOT))
 
 import fakehw  # type: ignore[import-not-found]  # scripts/devcluster, not a package
-from sshbench import USER, ensure_user, keygen, sshd_config, wait_listening
+from sshbench import (
+    USER,
+    clusterkit_argv,
+    ensure_user,
+    keygen,
+    sshd_config,
+    stop_daemons,
+    wait_listening,
+)
 
 ADDRESS_PREFIX = "127.0.8."
 NOWHERE = "127.0.8.250"  # nothing listens here: connection refused
@@ -167,23 +175,11 @@ def bench_fleet(count: int) -> Iterator[Fleet]:
         yield Fleet(directory, profile, list(where), where)
     finally:
         os.umask(old_umask)
-        for daemon in daemons:
-            daemon.terminate()
-        for daemon in daemons:
-            try:
-                daemon.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait()
+        stop_daemons(daemons)
         shutil.rmtree(directory, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- measuring
-
-
-def clusterkit_argv() -> list[str]:
-    script = Path(sys.executable).with_name("clusterkit")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "cluster_kit"]
 
 
 def measure_child(argv: list[str]) -> int:

@@ -28,16 +28,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from sshbench import clusterkit_argv
+
 ROOT = Path(__file__).resolve().parent.parent
 RENDER_LIMIT_S = 0.5
 HEAVY = ("paramiko", "cryptography", "nacl", "bcrypt", "invoke", "torch", "numpy")
 JOB = "examples/cpu-ddp.yaml"
-
-
-def clusterkit_argv() -> list[str]:
-    """The installed `clusterkit` script next to this interpreter, else `python -m`."""
-    script = Path(sys.executable).parent / "clusterkit"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "cluster_kit"]
 
 
 def commands() -> dict[str, list[str]]:

@@ -44,7 +44,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from sshbench import USER, ensure_user, keygen, sshd_config, wait_listening
+from sshbench import (
+    USER,
+    ensure_user,
+    keygen,
+    sshd_config,
+    stop_daemons,
+    wait_listening,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 ADDRESS_PREFIX = "127.0.7."
@@ -169,14 +176,7 @@ def bench_cluster(count: int, servers: int, port: int) -> Iterator[Cluster]:
         yield Cluster(directory, config, directory / "probe.py", names,
                       f"b[001-{count:03d}]", kex, ciphers)
     finally:
-        for daemon in daemons:
-            daemon.terminate()
-        for daemon in daemons:
-            try:
-                daemon.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait()
+        stop_daemons(daemons)
         shutil.rmtree(directory, ignore_errors=True)
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 import pwd
 import socket
 import subprocess
+import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 USER = "ckbench"
@@ -63,3 +65,22 @@ def wait_listening(address: str, port: int, deadline: float) -> None:
             if time.monotonic() > deadline:
                 raise SystemExit(f"sshd on {address}:{port} did not start") from None
             time.sleep(0.05)
+
+
+def stop_daemons(daemons: Iterable[subprocess.Popen]) -> None:
+    """Terminate every daemon this benchmark started (by its pid), killing what lingers."""
+    daemons = list(daemons)
+    for daemon in daemons:
+        daemon.terminate()
+    for daemon in daemons:
+        try:
+            daemon.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+
+
+def clusterkit_argv() -> list[str]:
+    """The installed `clusterkit` script next to this interpreter, else `python -m`."""
+    script = Path(sys.executable).parent / "clusterkit"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "cluster_kit"]
