@@ -51,6 +51,13 @@ def setup() -> torch.device:
     return device
 
 
+def say(line: str) -> None:
+    """Print one whole line in one write: every rank shares the job's output file,
+    and a line written in pieces (text, then newline) can be cut by another rank's."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def check_allreduce(device: torch.device) -> bool:
     """All-reduce rank+1 and print this rank's one-line verdict."""
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -58,11 +65,10 @@ def check_allreduce(device: torch.device) -> bool:
     dist.all_reduce(value)
     total, expected = int(value.item()), world * (world + 1) // 2
     verdict = "ok" if total == expected else "FAIL"
-    print(
+    say(
         f"rank={rank} local_rank={os.environ.get('LOCAL_RANK', '?')} world_size={world}"
         f" master_addr={os.environ.get('MASTER_ADDR', '?')}"
-        f" allreduce_sum={total} expected={expected} {verdict}",
-        flush=True,
+        f" allreduce_sum={total} expected={expected} {verdict}"
     )
     return total == expected
 
@@ -121,7 +127,7 @@ def make_step(model: nn.Module, device: torch.device, example: tuple[torch.Tenso
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.01)
     step = ddp.build_step(ddp_model, optimizer, loss_fn, example)
     if dist.get_rank() == 0:
-        print(f"cuda_graphs: graphed={str(step.graphed).lower()} reason={step.reason or '-'}", flush=True)
+        say(f"cuda_graphs: graphed={str(step.graphed).lower()} reason={step.reason or '-'}")
     return ddp_model, step
 
 
@@ -156,11 +162,7 @@ def main() -> int:
         in_sync = weights_in_sync(model)
         if dist.get_rank() == 0:
             verdict = "ok" if in_sync else "FAIL"
-            print(
-                f"rank=0 steps={args.steps} loss={loss:.4f}"
-                f" weights_in_sync={str(in_sync).lower()} {verdict}",
-                flush=True,
-            )
+            say(f"rank=0 steps={args.steps} loss={loss:.4f} weights_in_sync={str(in_sync).lower()} {verdict}")
         return 0 if ok and in_sync else 1
     finally:
         dist.destroy_process_group()
