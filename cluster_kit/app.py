@@ -44,6 +44,8 @@ class App:
         key = repr(sorted(login.items())) if login.get("host") else ""
         if key not in self._runners:
             self._runners[key] = slurm_runner.LoginRunner(login) if key else slurm_runner.LocalRunner()
+            if key:
+                click.get_current_context().call_on_close(self._runners[key].close)
         return self._runners[key]
 
     def fan_out(self, profile_data: dict[str, Any], deep: bool = False) -> Any:

@@ -915,6 +915,11 @@ class SshSession:
         finally:
             attempt.disarm()
 
+    @property
+    def active(self) -> bool:
+        """Whether the connection is still up (a dropped one cannot run commands)."""
+        return bool(self._transport.is_active())
+
     def close(self) -> None:
         self._transport.close()
 

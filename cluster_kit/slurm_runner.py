@@ -7,6 +7,7 @@ ClusterRefused (exit 3) carrying Slurm's own message.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import subprocess
@@ -95,9 +96,11 @@ class LocalRunner:
 class LoginRunner:
     """Runs Slurm's commands on the profile's `login.host` over SSH.
 
-    `login` is the profile's `login` section (host plus SSH settings). The
-    SSH module is imported only when a command runs, so rendering never
-    loads paramiko.
+    `login` is the profile's `login` section (host plus SSH settings). One SSH
+    connection serves every command of the runner (submit, then each poll of
+    `--wait`); it is opened on first use, opened again if it dropped between
+    commands (a command is never re-run), and closed by `close`. The SSH module
+    is imported only when a command runs, so rendering never loads paramiko.
     """
 
     def __init__(self, login: Mapping[str, Any], settings: Any = None) -> None:
@@ -105,6 +108,8 @@ class LoginRunner:
         self.login = dict(login)
         self.settings = settings
         self.where = f"on {self.host}"
+        self._session: Any = None
+        self._opened: contextlib.ExitStack | None = None
 
     def run(self, argv: Sequence[str], stdin: str | None = None,
             timeout: float = DEFAULT_TIMEOUT_S) -> Completed:
@@ -112,20 +117,40 @@ class LoginRunner:
 
         The timeout is the profile's `login.command_timeout` (SSH applies it).
         """
-        from cluster_kit import remote
-
         argv = list(argv)
         data = stdin.encode() if stdin is not None else None
-        result = remote.run(self.host, shlex.join(argv), self._ssh_settings(), stdin=data)
+        result = self._connected(argv[0]).run(shlex.join(argv), stdin=data)
         if result.error is not None or result.exit_status is None:
-            raise ClusterRefused(
-                f"cannot run {argv[0]} on {self.host}: {result.error or 'no exit status'}",
-                fix=f"check that `ssh {self.host}` works with the profile's login settings",
-            )
+            raise self._refusal(argv[0], result.error or "no exit status")
         if result.exit_status == 127 and "not found" in result.stderr:
             raise ClusterRefused(f"{argv[0]} not found on {self.host}",
                                  fix="set login.host to a node with Slurm's client commands")
         return Completed(argv, result.exit_status, result.stdout, result.stderr)
+
+    def close(self) -> None:
+        """Close the SSH connection, if one is open."""
+        if self._opened is not None:
+            self._opened.close()
+        self._opened = self._session = None
+
+    def _connected(self, program: str) -> Any:
+        """The session to the login host, (re)opened when there is none alive."""
+        from cluster_kit import remote
+
+        if self._session is not None and not self._session.active:
+            self.close()
+        if self._session is None:
+            opened = contextlib.ExitStack()
+            try:
+                self._session = opened.enter_context(remote.open_client(self.host, self._ssh_settings()))
+            except remote.SshConnectError as exc:
+                raise self._refusal(program, exc.reason) from None
+            self._opened = opened
+        return self._session
+
+    def _refusal(self, program: str, reason: str) -> ClusterRefused:
+        return ClusterRefused(f"cannot run {program} on {self.host}: {reason}",
+                              fix=f"check that `ssh {self.host}` works with the profile's login settings")
 
     def _ssh_settings(self) -> Any:
         if self.settings is None:
