@@ -152,3 +152,19 @@ def test_login_runner_unreachable_host(dev_cluster: Any) -> None:
         "connect_timeout": 5})
     with pytest.raises(ClusterRefused, match="cannot run squeue on refuse"):
         slurm_runner.job_status(runner, "1")
+
+
+def test_login_runner_keeps_one_connection_and_replaces_a_dropped_one(dev_cluster: Any) -> None:
+    runner = slurm_runner.LoginRunner({
+        "host": "login", "user": dev_cluster.user, "identity_file": str(dev_cluster.ssh_key),
+        "known_hosts": str(dev_cluster.known_hosts), "config_file": str(dev_cluster.ssh_config)})
+    try:
+        assert runner.run(["sinfo", "--version"]).ok
+        first = runner._session
+        assert runner.run(["squeue", "--version"]).ok and runner._session is first
+        first.close()  # the connection drops between two commands
+        assert runner.run(["sinfo", "--version"]).ok
+        assert runner._session is not first and runner._session.active
+    finally:
+        runner.close()
+    assert runner._session is None
