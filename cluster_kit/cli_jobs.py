@@ -82,9 +82,8 @@ def sbatch_job(app: App, job: Any, script: str, test_only: bool = False) -> str:
 def state_reporter(job_id: str) -> Any:
     """An on_status callback that says when the job's state or reason changes.
 
-    Progress, so on stderr and only on a terminal. A job Slurm cannot start as
-    asked (PartitionNodeLimit, say) stays PENDING forever; the reason tells the
-    waiting user why.
+    Progress, so on stderr and only on a terminal. The reason tells the waiting
+    user why a job pends; one that can never clear ends the wait (exit 3).
     """
     if not sys.stderr.isatty():
         return None
@@ -309,7 +308,7 @@ def bench_allreduce(app: App, job_file: str, max_bytes: str | None, as_json: boo
     runner = app.runner(job.profile.data)
     job_id = sbatch_job(app, job, render_allreduce(app, job, max_bytes))
     click.echo(f"submitted all-reduce sweep as job {job_id}", err=True)
-    code = slurm_runner.wait(runner, job_id, on_status=state_reporter(job_id))
+    code = slurm_runner.wait(runner, job_id, on_status=state_reporter(job_id), cancel_never_start=True)
     log = slurm_runner.read_output(runner, job_id, 0)
     expect = (job.profile.data.get("expect") or {}).get("allreduce_busbw_gbps")
     table, doc, passed = allreduce_report.summarise(allreduce_report.parse_sweep_log(log), expect)

@@ -411,7 +411,8 @@ def read_output(runner: Runner, job_id: str, offset: int = 0) -> str:
     """
     path = job_output_path(runner, job_id)
     if path is None:
-        raise ClusterRefused(f"Slurm no longer knows job {job_id}'s output file",
+        job_status(runner, job_id)  # a job Slurm does not know at all is said so
+        raise ClusterRefused(f"Slurm {runner.where} no longer knows job {job_id}'s output file",
                              fix="read the file the job's --output option names")
     completed = runner.run(["tail", "-c", f"+{int(offset) + 1}", "--", path])
     if not completed.ok:
