@@ -111,12 +111,16 @@ def job_candidates(app: App, job: Any, settings: dict[str, Any]) -> Any:
     from cluster_kit import routing, slurm_runner
 
     slurm_settings = settings["slurm"]
-    rows = slurm_runner.node_states(app.runner(job.profile.data), slurm_settings["partition"])
+    runner = app.runner(job.profile.data)
+    rows = slurm_runner.node_states(runner, slurm_settings["partition"])
+    if not rows:
+        raise ClusterRefused(f"sinfo lists no nodes for partition {slurm_settings['partition']!r} "
+                             f"{runner.where}", fix="check slurm.partition against `sinfo -s`")
     pool = expand_setting(job.profile.data.get("nodes")) or [row.node for row in rows]
     candidates = routing.candidate_nodes(pool, rows, expand_setting(slurm_settings["nodelist"]),
                                          expand_setting(slurm_settings["exclude"]))
-    for node, why in candidates.left_out.items():
-        if app.verbose:
+    if app.verbose:
+        for node, why in candidates.left_out.items():
             app.log(f"not a candidate for the job: {node} ({why})")
     if not candidates.nodes:
         left = ", ".join(f"{node} ({why})" for node, why in candidates.left_out.items())
@@ -176,7 +180,7 @@ def follow_job(app: App, job: Any, job_id: str, wait: bool) -> None:
             slurm_runner.cancel(runner, job_id)
             raise ClusterRefused(f"{refused.message}; cancelled it", fix=refused.fix)
         if refused is not None:
-            raise ClusterRefused(refused.message, fix=f"{refused.fix}; it stays queued until then: {hint}")
+            raise ClusterRefused(refused.message, fix=f"{refused.fix}; the job stays queued until you cancel it: {hint}")
         if not wait:
             return
         code = slurm_runner.wait(runner, job_id, on_status=state_reporter(job_id), cancel_never_start=True)

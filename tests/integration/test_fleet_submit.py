@@ -137,7 +137,7 @@ def test_without_wait_the_never_starting_job_is_exit_3_and_named(dev_cluster: An
     try:
         assert done.returncode == 3, done.stdout + done.stderr
         assert f"can never start job {job_id}: pending with reason PartitionNodeLimit" in done.stderr
-        assert f"it stays queued until then: clusterkit cancel {job_id}" in done.stderr
+        assert f"the job stays queued until you cancel it: clusterkit cancel {job_id}" in done.stderr
     finally:
         scancel(dev_cluster, job_id)
 
