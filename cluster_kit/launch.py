@@ -42,7 +42,6 @@ def launch_shape(settings: Mapping[str, Any]) -> LaunchShape:
     tasks = int(settings.get("ntasks_per_node") or default_tasks_per_node(launcher, gpus))
     workers = gpu_count(gpus) if gpus else tasks
     cpus = (settings.get("slurm") or {}).get("cpus_per_task")
-    if not cpus:
-        return LaunchShape(tasks, workers, None)
-    per_task = int(cpus) * workers if launcher == "torchrun" else int(cpus)
-    return LaunchShape(tasks, workers, per_task)
+    if launcher == "torchrun":  # one agent per node; ntasks_per_node there counts workers
+        return LaunchShape(1, workers, int(cpus) * workers if cpus else None)
+    return LaunchShape(tasks, workers, int(cpus) if cpus else None)

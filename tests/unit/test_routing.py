@@ -178,6 +178,7 @@ def test_unknown_job_names_where_slurm_runs() -> None:
     ("torchrun", 8, 1, 12, (1, 8, 96)),
     ("torchrun", 2, 1, 3, (1, 2, 6)),
     ("torchrun", None, 1, 4, (1, 1, 4)),
+    ("torchrun", None, 4, 12, (1, 4, 48)),
     ("srun", 8, 8, 12, (8, 8, 12)),
     ("srun", 8, None, None, (8, 8, None)),
     ("srun", None, None, 2, (1, 1, 2)),
