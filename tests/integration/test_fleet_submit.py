@@ -18,12 +18,14 @@ from typing import Any
 
 import pytest
 from jobcli import (
+    cli_env,
     clusterkit,
     cpu_profile,
     finish,
     rank_lines,
     scancel,
     shared_dir,
+    ssh_section,
     start,
     write_ranks_script,
     write_yaml,
@@ -157,6 +159,30 @@ def test_ctrl_c_under_wait_exits_130_and_names_the_running_job(dev_cluster: Any,
             f"job {job_id} is still running; stop it with: clusterkit cancel {job_id}"
         assert "Traceback" not in done.stderr and "Aborted" not in done.stderr
         assert queued(dev_cluster, "ck-interrupted", states="PENDING,RUNNING") != ""  # really still there
+    finally:
+        scancel(dev_cluster, job_id)
+
+
+def test_ctrl_c_through_the_login_node_names_the_profile_to_cancel_with(dev_cluster: Any, folder: Path) -> None:
+    login = {"host": "login", **ssh_section(dev_cluster)}
+    profile = write_yaml(folder / "via-login.yaml", cpu_profile(dev_cluster, name="via-login", login=login))
+    job = write_yaml(folder / "job.yaml", {
+        "name": "ck-interrupted-login", "profile": "./via-login.yaml", "nodes": 1, "workdir": str(folder),
+        "script": str(write_ranks_script(folder)), "args": ["--sleep", "120"],
+        "output": f"{folder}/%x-%j.out", "preflight": False})
+    env = cli_env(dev_cluster, SLURM_CONF="/dev/null")  # only the login node can run Slurm's commands
+    proc = start(dev_cluster, "--verbose", "submit", str(job), "--wait", "--no-preflight", env=env)
+    assert proc.stdout is not None
+    job_id = proc.stdout.readline().strip()
+    try:
+        assert re.fullmatch(r"\d+", job_id), job_id
+        time.sleep(2.0)
+        proc.send_signal(signal.SIGINT)
+        done = finish(proc, timeout=60)
+        assert done.returncode == 130, done.stderr
+        assert done.stderr.splitlines()[-1] == (f"job {job_id} is still running; stop it with: "
+                                                f"clusterkit cancel {job_id} --profile {profile.resolve()}")
+        assert "clusterkit: run on login over SSH: sbatch --parsable" in done.stderr.splitlines()
     finally:
         scancel(dev_cluster, job_id)
 
