@@ -43,7 +43,9 @@ class App:
         login = profile_data.get("login") or {}
         key = repr(sorted(login.items())) if login.get("host") else ""
         if key not in self._runners:
-            self._runners[key] = slurm_runner.LoginRunner(login) if key else slurm_runner.LocalRunner()
+            log = self.log if self.verbose else None
+            self._runners[key] = (slurm_runner.LoginRunner(login, log=log) if key
+                                  else slurm_runner.LocalRunner(log=log))
             if key:
                 click.get_current_context().call_on_close(self._runners[key].close)
         return self._runners[key]
@@ -62,9 +64,26 @@ class App:
             settings = dataclasses.replace(settings, command_timeout=DEEP_COMMAND_TIMEOUT_S)
 
         def run(hosts: list[str], command: str, stdin: bytes | None = None, on_result: Any = None) -> list:
+            if self.verbose:
+                self.log(f"ssh to {len(hosts)} node(s) {describe_ssh(hosts, settings)}: {command}")
             return remote.fan_out(hosts, command, settings, stdin=stdin, on_result=on_result)
 
         return run
+
+
+    def log(self, line: str) -> None:
+        """One `--verbose` line on stderr."""
+        click.echo(f"clusterkit: {line}", err=True)
+
+
+def describe_ssh(hosts: list[str], settings: Any) -> str:
+    """`n[1-2] as ckuser, port 22` (the targets of a fan-out, for --verbose)."""
+    from cluster_kit.hostlist import fold
+
+    user = getattr(settings, "user", None)
+    port = getattr(settings, "port", None)
+    who = f" as {user}" if user else ""
+    return fold(hosts) + who + (f", port {port}" if port else "")
 
 
 pass_app = click.make_pass_decorator(App)

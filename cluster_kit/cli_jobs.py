@@ -11,13 +11,8 @@ from typing import Any
 import click
 
 from cluster_kit.app import App, pass_app, render_job
-from cluster_kit.cli_nodes import (
-    profile_option,
-    refuse_on_failure,
-    run_preflight_for,
-    select_nodes,
-)
-from cluster_kit.errors import CheckFailed
+from cluster_kit.cli_nodes import profile_option, run_preflight_for
+from cluster_kit.errors import CheckFailed, ClusterRefused
 
 JOB_FILE = click.Path(exists=True, dir_okay=False)
 
@@ -56,8 +51,10 @@ def job_output_dir(job: Any) -> str | None:
     return posixpath.join(workdir, folder) if workdir else folder
 
 
-def submit_script(app: App, job: Any, script: str, test_only: bool, dry_run: bool) -> str | None:
-    """sbatch the script (or print what would run); the job id, None otherwise."""
+def submit_script(app: App, job: Any, script: str, test_only: bool, dry_run: bool,
+                  echo: bool = True) -> str | None:
+    """sbatch the script (or print what would run): the job id, or Slurm's
+    --test-only verdict; None for a dry run."""
     from cluster_kit import slurm
 
     argv = slurm.build_sbatch(test_only=test_only)
@@ -66,8 +63,9 @@ def submit_script(app: App, job: Any, script: str, test_only: bool, dry_run: boo
         click.echo(script, nl=False)
         return None
     result = sbatch_job(app, job, script, test_only)
-    click.echo(result)
-    return None if test_only else result
+    if echo:
+        click.echo(result)
+    return result
 
 
 def sbatch_job(app: App, job: Any, script: str, test_only: bool = False) -> str:
@@ -84,9 +82,8 @@ def sbatch_job(app: App, job: Any, script: str, test_only: bool = False) -> str:
 def state_reporter(job_id: str) -> Any:
     """An on_status callback that says when the job's state or reason changes.
 
-    Progress, so on stderr and only on a terminal. A job Slurm cannot start as
-    asked (PartitionNodeLimit, say) stays PENDING forever; the reason tells the
-    waiting user why.
+    Progress, so on stderr and only on a terminal. The reason tells the waiting
+    user why a job pends; one that can never clear ends the wait (exit 3).
     """
     if not sys.stderr.isatty():
         return None
@@ -102,28 +99,145 @@ def state_reporter(job_id: str) -> Any:
     return report
 
 
+def expand_setting(value: str | None) -> list[str]:
+    """A validated hostlist setting (slurm.nodelist/exclude) as node names."""
+    from cluster_kit import hostlist
+
+    return hostlist.expand(value) if value else []
+
+
+def job_candidates(app: App, job: Any, settings: dict[str, Any]) -> Any:
+    """The nodes Slurm could give the job (routing.candidate_nodes on sinfo's view)."""
+    from cluster_kit import routing, slurm_runner
+
+    slurm_settings = settings["slurm"]
+    runner = app.runner(job.profile.data)
+    rows = slurm_runner.node_states(runner, slurm_settings["partition"])
+    if not rows:
+        raise ClusterRefused(f"sinfo lists no nodes for partition {slurm_settings['partition']!r} "
+                             f"{runner.where}", fix="check slurm.partition against `sinfo -s`")
+    pool = expand_setting(job.profile.data.get("nodes")) or [row.node for row in rows]
+    candidates = routing.candidate_nodes(pool, rows, expand_setting(slurm_settings["nodelist"]),
+                                         expand_setting(slurm_settings["exclude"]))
+    if app.verbose:
+        for node, why in candidates.left_out.items():
+            app.log(f"not a candidate for the job: {node} ({why})")
+    if not candidates.nodes:
+        left = ", ".join(f"{node} ({why})" for node, why in candidates.left_out.items())
+        raise CheckFailed(f"no node Slurm could give this job: {left or 'the partition is empty'}",
+                          fix="resume or undrain nodes (clusterkit audit --undrain --apply), or check "
+                              "nodes, slurm.partition, slurm.nodelist and slurm.exclude")
+    return candidates
+
+
+def preflight_and_route(app: App, job: Any, settings: dict[str, Any], strict: bool) -> tuple[Any, dict]:
+    """Preflight the job's candidates; the route around failing ones and the report.
+
+    Raises CheckFailed (exit 1, nothing submitted) when the route is refused.
+    """
+    from cluster_kit import routing
+    from cluster_kit.report import preflight_table
+
+    candidates = job_candidates(app, job, settings)
+    report, _facts = run_preflight_for(app, job.profile, candidates.nodes, deep=False)
+    route = routing.plan_route(candidates, report, int(settings["nodes"]), strict,
+                               expand_setting(settings["slurm"]["exclude"]))
+    if route.refusal:
+        raise CheckFailed(f"preflight failed; not submitting: {route.refusal}\n" + preflight_table(report),
+                          fix=routing.refusal_fix(route, candidates))
+    return route, report
+
+
+def report_excluded(route: Any, report: dict) -> None:
+    """One stderr line per node routed around, with its failing checks."""
+    entries = {entry["node"]: entry for entry in report.get("nodes", [])}
+    for node in route.excluded:
+        checks = [f"{c['id']}: {c.get('message', '')}".rstrip(": ")
+                  for c in entries[node].get("checks", []) if c.get("status") in ("fail", "unreachable")]
+        click.echo(f"clusterkit: excluding {node} (--exclude): {'; '.join(checks)}", err=True)
+
+
+def cancel_hint(job: Any, job_id: str) -> str:
+    """`clusterkit cancel N`, with the `--profile` that reaches the job's login host."""
+    if not (job.profile.data.get("login") or {}).get("host"):
+        return f"clusterkit cancel {job_id}"
+    ref = str(job.data.get("profile") or job.profile.path)
+    if "/" in ref or ref.endswith((".yaml", ".yml")):
+        ref = str(job.profile.path.resolve())
+    return f"clusterkit cancel {job_id} --profile {shlex.quote(ref)}"
+
+
+def follow_job(app: App, job: Any, job_id: str, wait: bool) -> None:
+    """After sbatch: exit 3 if Slurm can never start the job (cancelled under
+    --wait); with --wait, exit with its exit code. Ctrl-C: exit 130, naming the job."""
+    from cluster_kit import slurm_runner
+
+    runner = app.runner(job.profile.data)
+    hint = cancel_hint(job, job_id)
+    try:
+        refused = slurm_runner.never_start_refusal(runner, slurm_runner.settle(runner, job_id))
+        if refused is not None and wait:
+            slurm_runner.cancel(runner, job_id)
+            raise ClusterRefused(f"{refused.message}; cancelled it", fix=refused.fix)
+        if refused is not None:
+            raise ClusterRefused(refused.message, fix=f"{refused.fix}; the job stays queued until you cancel it: {hint}")
+        if not wait:
+            return
+        code = slurm_runner.wait(runner, job_id, on_status=state_reporter(job_id), cancel_never_start=True)
+    except KeyboardInterrupt:
+        click.echo(f"job {job_id} is still running; stop it with: {hint}", err=True)
+        sys.exit(130)
+    click.echo(f"job {job_id} finished with exit code {code}", err=True)
+    sys.exit(code)
+
+
+def submit_document(job_id: str | None, route: Any, report: dict | None,
+                    test_only: str | None = None) -> dict[str, Any]:
+    """`submit --json`: job id, the nodes routed around with their checks, the preflight."""
+    doc: dict[str, Any] = {"job_id": job_id, "excluded": dict(route.excluded) if route else {},
+                           "preflight": report}
+    if test_only is not None:
+        doc["test_only"] = test_only
+    return doc
+
+
 @click.command()
 @click.argument("job_file", type=JOB_FILE)
 @click.option("--dry-run", is_flag=True, help="Print the sbatch command and script; submit nothing.")
 @click.option("--test-only", is_flag=True, help="Ask Slurm whether the job could run (sbatch --test-only).")
-@click.option("--no-preflight", is_flag=True, help="Skip the SSH preflight of the profile's nodes.")
+@click.option("--no-preflight", is_flag=True, help="Skip the SSH preflight of the job's candidate nodes.")
+@click.option("--strict", is_flag=True,
+              help="Refuse the job when any candidate node fails preflight (default: --exclude it).")
 @click.option("--wait", is_flag=True, help="Wait for the job; exit with its exit code.")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON document on stdout: job id, excluded nodes, preflight report.")
 @pass_app
-def submit(app: App, job_file: str, dry_run: bool, test_only: bool, no_preflight: bool, wait: bool) -> None:
-    """Preflight, render and sbatch JOB_FILE; print the job id."""
-    from cluster_kit import slurm_runner
+def submit(app: App, job_file: str, dry_run: bool, test_only: bool, no_preflight: bool,
+           strict: bool, wait: bool, as_json: bool) -> None:
+    """Preflight the job's nodes, render and sbatch JOB_FILE; print the job id.
 
+    Nodes failing preflight are excluded while enough healthy ones remain.
+    """
+    from cluster_kit.config import effective
+
+    if as_json and dry_run:
+        raise click.UsageError("--json and --dry-run do not mix: --dry-run prints the script")
     job = app.job(job_file)
-    script = render_job(app, job)
+    settings = effective(job)
+    script = render_job(app, job, settings)  # bad input fails before any node is contacted
+    route, report = None, None
     if not (dry_run or no_preflight):
-        nodes = select_nodes(app, job.profile, None)
-        report, _facts = run_preflight_for(app, job.profile, nodes, deep=False)
-        refuse_on_failure(report)
-    job_id = submit_script(app, job, script, test_only, dry_run)
-    if wait and job_id:
-        code = slurm_runner.wait(app.runner(job.profile.data), job_id, on_status=state_reporter(job_id))
-        click.echo(f"job {job_id} finished with exit code {code}", err=True)
-        sys.exit(code)
+        route, report = preflight_and_route(app, job, settings, strict)
+        if route.excluded:
+            settings["slurm"]["exclude"] = route.exclude_expr
+            script = render_job(app, job, settings)
+            report_excluded(route, report)
+    result = submit_script(app, job, script, test_only, dry_run, echo=not as_json)
+    job_id = None if (test_only or dry_run) else result
+    if as_json:
+        click.echo(json.dumps(submit_document(job_id, route, report, result if test_only else None), indent=2))
+    if job_id:
+        follow_job(app, job, job_id, wait)
 
 
 @click.command()
@@ -198,7 +312,7 @@ def bench_allreduce(app: App, job_file: str, max_bytes: str | None, as_json: boo
     runner = app.runner(job.profile.data)
     job_id = sbatch_job(app, job, render_allreduce(app, job, max_bytes))
     click.echo(f"submitted all-reduce sweep as job {job_id}", err=True)
-    code = slurm_runner.wait(runner, job_id, on_status=state_reporter(job_id))
+    code = slurm_runner.wait(runner, job_id, on_status=state_reporter(job_id), cancel_never_start=True)
     log = slurm_runner.read_output(runner, job_id, 0)
     expect = (job.profile.data.get("expect") or {}).get("allreduce_busbw_gbps")
     table, doc, passed = allreduce_report.summarise(allreduce_report.parse_sweep_log(log), expect)

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from cluster_kit.app import App, pass_app
-from cluster_kit.errors import CheckFailed, InputError
+from cluster_kit.errors import InputError
 
 
 def profile_option(f: Callable, required: bool = True,
@@ -93,13 +93,3 @@ def probe(as_json: bool, deep_python: str | None) -> None:
         click.echo(json.dumps(facts, indent=2))
         return
     click.echo(format_table(["FACT", "VALUE"], sorted(flatten(facts).items())))
-
-
-def refuse_on_failure(report: dict) -> None:
-    """Raise CheckFailed (exit 1) with the report table when a node failed."""
-    from cluster_kit.preflight import exit_code
-    from cluster_kit.report import preflight_table
-
-    if exit_code(report):
-        raise CheckFailed("preflight failed; not submitting\n" + preflight_table(report),
-                          fix="fix or exclude the failing nodes, or submit with --no-preflight")

@@ -19,6 +19,7 @@ from typing import Any
 
 from cluster_kit import schema
 from cluster_kit.errors import InputError, ValidationError
+from cluster_kit.launch import default_tasks_per_node
 from cluster_kit.yamlfile import KeyPath, YamlDoc, YamlError, nearest
 from cluster_kit.yamlfile import load as load_yaml
 
@@ -408,7 +409,7 @@ def _cross_check_job(job: Mapping[str, Any], profile: Profile | None) -> list[sc
 # --------------------------------------------------------------------------- effective settings
 
 _SLURM_KEYS = ("partition", "account", "qos", "constraint", "cpus_per_task", "mem", "time",
-               "exclusive")
+               "exclusive", "nodelist", "exclude")
 
 
 def effective(job: Job) -> dict[str, Any]:
@@ -457,7 +458,7 @@ def _tasks_per_node(job: Mapping[str, Any], profile: Mapping[str, Any], gpus: An
     job_gpus = _first(job.get("gpus_per_node"), job["slurm"].get("gpus_per_node"))
     if job_gpus is None and profile["slurm"].get("ntasks_per_node") is not None:
         return int(profile["slurm"]["ntasks_per_node"])
-    return schema.gpu_count(gpus) if gpus is not None else 1
+    return default_tasks_per_node(job["launcher"], gpus)
 
 
 def _effective_slurm(profile: Mapping[str, Any], job: Mapping[str, Any],

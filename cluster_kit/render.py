@@ -27,7 +27,8 @@ from typing import Any
 import jinja2
 
 from cluster_kit.errors import InputError
-from cluster_kit.schema import ENV_NAME_RE, gpu_count
+from cluster_kit.launch import launch_shape
+from cluster_kit.schema import ENV_NAME_RE
 
 _SBATCH_OPTION = re.compile(r"[a-z][a-z0-9-]*\Z")
 # Bare #SBATCH values need none of sbatch's quoting; anything else is quoted.
@@ -52,6 +53,8 @@ _SETTING_FOR_OPTION = {
     "account": "slurm.account",
     "qos": "slurm.qos",
     "constraint": "slurm.constraint",
+    "nodelist": "slurm.nodelist",
+    "exclude": "slurm.exclude",
     "exclusive": "slurm.exclusive",
     "output": "output",
     "chdir": "workdir",
@@ -64,6 +67,8 @@ _SLURM_KEYS = (
     "account",
     "qos",
     "constraint",
+    "nodelist",
+    "exclude",
 )
 
 
@@ -212,13 +217,16 @@ def sbatch_directives(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
     template passes each through `sbatch_value`.
     """
     slurm = settings.get("slurm") or {}
+    shape = launch_shape(settings)
     pairs: list[tuple[str, Any]] = [
         ("job-name", settings.get("name")),
         ("nodes", settings.get("nodes")),
-        ("ntasks-per-node", tasks_per_node(settings)),
+        ("ntasks-per-node", shape.tasks_per_node),
         ("gpus-per-node", settings.get("gpus_per_node")),
     ]
-    pairs += [(key.replace("_", "-"), slurm.get(key)) for key in _SLURM_KEYS]
+    # cpus-per-task is the shape's: a torchrun task holds the CPUs of all its workers
+    pairs += [(key.replace("_", "-"), shape.cpus_per_task if key == "cpus_per_task" else slurm.get(key))
+              for key in _SLURM_KEYS]
     pairs.append(("exclusive", _flag(slurm.get("exclusive"))))
     pairs += [("output", settings.get("output")), ("chdir", settings.get("workdir"))]
     for option, value in (slurm.get("extra") or {}).items():
@@ -243,36 +251,6 @@ def _checked_option(option: Any) -> str:
             fix="write the option without the leading -- in lower case, e.g. mail-type",
         )
     return text
-
-
-def tasks_per_node(settings: Mapping[str, Any]) -> int:
-    """Slurm tasks per node: as set, else one per GPU (srun) or one (torchrun)."""
-    if settings.get("ntasks_per_node"):
-        return int(settings["ntasks_per_node"])
-    if settings.get("launcher") == "srun" and settings.get("gpus_per_node"):
-        return gpu_count(settings["gpus_per_node"])
-    return 1
-
-
-def procs_per_node(settings: Mapping[str, Any]) -> int:
-    """Training processes per node: one per GPU, else one per Slurm task."""
-    if settings.get("gpus_per_node"):
-        return gpu_count(settings["gpus_per_node"])
-    return tasks_per_node(settings)
-
-
-def step_cpus_per_task(settings: Mapping[str, Any]) -> int | None:
-    """CPUs per task for the training step (Slurm 22.05's srun does not inherit them).
-
-    With torchrun one task per node runs all of the node's workers, so it gets
-    the CPUs of every task the job asked for on that node.
-    """
-    cpus = (settings.get("slurm") or {}).get("cpus_per_task")
-    if not cpus:
-        return None
-    if settings.get("launcher") == "torchrun":
-        return int(cpus) * tasks_per_node(settings)
-    return int(cpus)
 
 
 # ---------------------------------------------------------------------------
@@ -353,14 +331,15 @@ def build_context(
         )
     environment = settings.get("environment") or {}
     master_port = settings.get("master_port")
+    shape = launch_shape(settings)
     return {
         "settings": settings,
         "directives": sbatch_directives(settings),
         "nccl_env": nccl_environment(settings.get("network") or {}),
         "launch": {
-            "ntasks_per_node": tasks_per_node(settings),
-            "nproc_per_node": procs_per_node(settings),
-            "cpus_per_task": step_cpus_per_task(settings),
+            "ntasks_per_node": shape.tasks_per_node,
+            "nproc_per_node": shape.workers_per_node,
+            "cpus_per_task": shape.cpus_per_task,
             "python": environment.get("python") or "python3",
             "master_port": int(master_port) if master_port is not None else None,
             "master_port_base": MASTER_PORT_BASE,

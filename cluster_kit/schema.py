@@ -550,6 +550,8 @@ SLURM_NAMED: dict[str, Spec] = {
     "mem": Field(slurm_memory()),
     "time": Field(slurm_time()),
     "exclusive": Field(exclusive()),
+    "nodelist": Field(hostlist()),  # nodes the job must get (sbatch --nodelist)
+    "exclude": Field(hostlist()),   # nodes it must not get; submit adds failing ones
 }
 
 SBATCH_EXTRA = MapOf(sbatch_option_name(), Field(sbatch_value()))

@@ -226,6 +226,41 @@ def fix_for(message: str) -> str | None:
     return next((fix for needle, fix in _FIXES if needle.lower() in lowered), None)
 
 
+# ---------------------------------------------------------------- pending reasons
+
+# Pending reasons (squeue %r) that never clear by themselves: the job waits
+# forever unless it is changed or cancelled. Each with what to change.
+NEVER_START_FIXES = {
+    "PartitionTimeLimit": "lower time below the partition's limit (sinfo -o '%P %l')",
+    "BadConstraints": "check slurm.constraint against the nodes' features (sinfo -o '%N %f')",
+    "InvalidAccount": "check slurm.account (sacctmgr show assoc user=$USER)",
+    "InvalidQOS": "check slurm.qos (sacctmgr show assoc user=$USER format=qos)",
+    "DependencyNeverSatisfied": "the job it depends on failed: fix the dependency option",
+    "AssocMaxNodesPerJobLimit": "ask for fewer nodes: your association's per-job node limit is lower",
+    "QOSMaxNodePerJobLimit": "ask for fewer nodes, or use a QOS with a higher per-job node limit",
+    "AssocMaxWallDurationPerJobLimit": "lower time below your association's per-job limit",
+    "QOSMaxWallDurationPerJobLimit": "lower time below the QOS's per-job limit, or use another QOS",
+}
+# Reasons Slurm shows before its scheduler has judged the job: 22.05 shows
+# PartitionConfig for a few seconds before PartitionNodeLimit.
+UNSETTLED_REASONS = frozenset({"PartitionConfig"})
+
+
+def never_start_fix(reason: str, job_nodes: int | None, partition_nodes: int | None) -> str | None:
+    """The fix when a pending job with `reason` can never start; None when it may.
+
+    PartitionNodeLimit also means "some of the partition's nodes are down or
+    drained right now", which clears: it never clears only when the job asks
+    more nodes than the partition has (`partition_nodes`, from sinfo).
+    """
+    if reason == "PartitionNodeLimit":
+        if job_nodes is not None and partition_nodes is not None and job_nodes > partition_nodes:
+            return (f"ask for at most {partition_nodes} node(s) (nodes: in the job file), "
+                    "or use a larger partition (sinfo -s)")
+        return None
+    return NEVER_START_FIXES.get(reason)
+
+
 # ---------------------------------------------------------------- squeue
 
 

@@ -71,13 +71,17 @@ class LocalRunner:
 
     where = "on this machine"
 
-    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(self, environ: Mapping[str, str] | None = None,
+                 log: Callable[[str], None] | None = None) -> None:
         self.env = scrubbed_environment(os.environ if environ is None else environ)
+        self.log = log
 
     def run(self, argv: Sequence[str], stdin: str | None = None,
             timeout: float = DEFAULT_TIMEOUT_S) -> Completed:
         """Run argv; ClusterRefused if it is missing or outlives `timeout`."""
         argv = list(argv)
+        if self.log is not None:
+            self.log(f"run {self.where}: {shlex.join(argv)}")
         try:
             proc = subprocess.run(
                 argv, input=stdin, capture_output=True, env=self.env, timeout=timeout,
@@ -103,8 +107,10 @@ class LoginRunner:
     is imported only when a command runs, so rendering never loads paramiko.
     """
 
-    def __init__(self, login: Mapping[str, Any], settings: Any = None) -> None:
+    def __init__(self, login: Mapping[str, Any], settings: Any = None,
+                 log: Callable[[str], None] | None = None) -> None:
         self.host = str(login["host"])
+        self.log = log
         self.login = dict(login)
         self.settings = settings
         self.where = f"on {self.host}"
@@ -118,6 +124,8 @@ class LoginRunner:
         The timeout is the profile's `login.command_timeout` (SSH applies it).
         """
         argv = list(argv)
+        if self.log is not None:
+            self.log(f"run on {self.host} over SSH: {shlex.join(argv)}")
         data = stdin.encode() if stdin is not None else None
         result = self._connected(argv[0]).run(shlex.join(argv), stdin=data)
         if result.error is not None or result.exit_status is None:
@@ -212,6 +220,8 @@ class JobStatus:
     exit_code: slurm.ExitCode | None
     stdout_path: str | None
     source: str  # squeue | scontrol | sacct
+    num_nodes: str = ""  # nodes the job asked for (squeue %D)
+    partition: str = ""
 
     @property
     def phase(self) -> str:
@@ -232,7 +242,9 @@ class JobStatus:
                  ("reason", self.reason), ("nodes", self.nodes), ("elapsed", self.elapsed),
                  ("exit_code", self.exit_code), ("exit_status", self.exit_status),
                  ("stdout", self.stdout_path), ("source", self.source)]
-        return iter([(name, value) for name, value in pairs if value not in (None, "")])
+        # squeue says reason "None" for a job with nothing to wait for: not shown
+        return iter([(name, value) for name, value in pairs
+                     if value not in (None, "") and not (name == "reason" and value == "None")])
 
 
 def job_status(runner: Runner, job_id: str) -> JobStatus:
@@ -244,7 +256,7 @@ def job_status(runner: Runner, job_id: str) -> JobStatus:
     status = _find_status(runner, job_id)
     if status is None:
         raise ClusterRefused(
-            f"Slurm does not know job {job_id}",
+            f"Slurm {runner.where} does not know job {job_id}",
             fix="check the id (squeue --me); without accounting (slurmdbd) Slurm forgets "
                 "a job MinJobAge seconds after it ends",
         )
@@ -268,7 +280,7 @@ def _status_from_squeue(runner: Runner, job_id: str) -> JobStatus | None:
     for row in slurm.parse_squeue(completed.stdout):
         if row.job_id == job_id:
             return JobStatus(job_id, row.state, row.reason, row.nodes, row.elapsed,
-                             None, None, "squeue")
+                             None, None, "squeue", row.num_nodes, row.partition)
     return None
 
 
@@ -322,12 +334,45 @@ def cancel(runner: Runner, job_id: str) -> bool:
     return True
 
 
+def never_start_refusal(runner: Runner, status: JobStatus) -> ClusterRefused | None:
+    """ClusterRefused (exit 3) naming the reason and fix when the pending job can
+    never start; None while it may. sinfo is asked only for PartitionNodeLimit."""
+    if status.phase != "pending":
+        return None
+    size = None
+    if status.reason == "PartitionNodeLimit":
+        size = len(node_states(runner, status.partition or None))
+    nodes = int(status.num_nodes) if status.num_nodes.isdigit() else None
+    fix = slurm.never_start_fix(status.reason, nodes, size)
+    if fix is None:
+        return None
+    detail = (f": it asks for {nodes} nodes, partition {status.partition} has {size}"
+              if status.reason == "PartitionNodeLimit" else "")
+    return ClusterRefused(f"Slurm {runner.where} can never start job {status.job_id}: pending "
+                          f"with reason {status.reason}{detail}", fix=fix)
+
+
+def settle(runner: Runner, job_id: str, timeout: float = 6.0, poll: float = 0.5,
+           sleep: Callable[[float], None] = time.sleep) -> JobStatus:
+    """The job's status once Slurm has judged it: polled while its reason is one
+    Slurm shows before deciding (PartitionConfig), for at most `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = job_status(runner, job_id)
+        if status.reason not in slurm.UNSETTLED_REASONS or time.monotonic() >= deadline:
+            return status
+        sleep(poll)
+
+
 def wait(runner: Runner, job_id: str, poll: float = 5.0, timeout: float | None = None,
          sleep: Callable[[float], None] = time.sleep,
-         on_status: Callable[[JobStatus], None] | None = None) -> int:
+         on_status: Callable[[JobStatus], None] | None = None,
+         cancel_never_start: bool = False) -> int:
     """Poll until the job ends; its exit status (0 only for COMPLETED).
 
-    Raises ClusterRefused if the job vanishes or `timeout` seconds pass.
+    Raises ClusterRefused if the job vanishes or `timeout` seconds pass, and,
+    with `cancel_never_start`, cancels a job that can never start and raises
+    ClusterRefused with the reason.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
@@ -336,6 +381,10 @@ def wait(runner: Runner, job_id: str, poll: float = 5.0, timeout: float | None =
             on_status(status)
         if status.exit_status is not None:
             return status.exit_status
+        refused = never_start_refusal(runner, status) if cancel_never_start else None
+        if refused is not None:
+            cancel(runner, job_id)
+            raise ClusterRefused(f"{refused.message}; cancelled it", fix=refused.fix)
         if deadline is not None and time.monotonic() >= deadline:
             raise ClusterRefused(f"job {job_id} still {status.state} after {timeout:g} s",
                                  fix=f"cancel it (clusterkit cancel {job_id}) or wait longer")
@@ -362,7 +411,8 @@ def read_output(runner: Runner, job_id: str, offset: int = 0) -> str:
     """
     path = job_output_path(runner, job_id)
     if path is None:
-        raise ClusterRefused(f"Slurm no longer knows job {job_id}'s output file",
+        job_status(runner, job_id)  # a job Slurm does not know at all is said so
+        raise ClusterRefused(f"Slurm {runner.where} no longer knows job {job_id}'s output file",
                              fix="read the file the job's --output option names")
     completed = runner.run(["tail", "-c", f"+{int(offset) + 1}", "--", path])
     if not completed.ok:

@@ -39,7 +39,7 @@ def write(path: Path, text: str) -> Path:
 
 
 SLURM_KEYS = ("partition, account, qos, constraint, gpus_per_node, ntasks_per_node, "
-              "cpus_per_task, mem, time, exclusive, sbatch, or any sbatch long option "
+              "cpus_per_task, mem, time, exclusive, nodelist, exclude, sbatch, or any sbatch long option "
               "(e.g. mail_type)")
 TIME_FIX = ("use minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED "
             "(quoted, e.g. \"04:00:00\")")
@@ -270,7 +270,7 @@ def test_effective_settings(search: SearchPath) -> None:
         "master_port": None,
         "slurm": {"partition": "gpu", "account": "proj123", "qos": None,
                   "constraint": "h100&ib", "cpus_per_task": None, "mem": None, "time": "30",
-                  "exclusive": None, "extra": {"mail-type": "END"}},
+                  "exclusive": None, "nodelist": None, "exclude": None, "extra": {"mail-type": "END"}},
         "network": {"fabric": "infiniband", "ib_hca": ["mlx5_3:1"], "gid_index": None,
                     "ib_timeout": 23, "socket_ifname": None,
                     "nccl_env": {"NCCL_IB_QPS_PER_CONNECTION": "2", "NCCL_IB_TC": "106"},

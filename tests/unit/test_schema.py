@@ -90,7 +90,7 @@ def test_walker_reports_in_document_order_with_key_paths() -> None:
     assert schema.check(data, schema.PROFILE) == [
         (("slurm", "nodez"), ("unknown key 'nodez' in slurm; did you mean 'nodes'? valid keys: "
          "partition, account, qos, constraint, gpus_per_node, ntasks_per_node, cpus_per_task, "
-         "mem, time, exclusive, sbatch, or any sbatch long option (e.g. mail_type)")),
+         "mem, time, exclusive, nodelist, exclude, sbatch, or any sbatch long option (e.g. mail_type)")),
         (("network", "ib_hca"), "network.ib_hca: expected a list, got a string ('mlx5_0')"),
         (("environment", "setup", 1), "environment.setup[1]: expected a string, got an integer (3)"),
     ]

@@ -3,7 +3,7 @@
 #SBATCH --nodes=4
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-node=8
-#SBATCH --cpus-per-task=12
+#SBATCH --cpus-per-task=96
 #SBATCH --mem=0
 #SBATCH --time=04:00:00
 #SBATCH --partition=gpu
@@ -58,7 +58,7 @@ export CLUSTERKIT_CUDA_GRAPHS=1
 # rendezvous sets RANK, LOCAL_RANK and WORLD_SIZE for the workers. Node 0 hosts
 # the store (is_host=1): a node's Slurm name need not resolve to an address
 # c10d recognises as its own.
-srun --ntasks-per-node=1 --ntasks="$SLURM_JOB_NUM_NODES" --kill-on-bad-exit=1 --cpus-per-task=12 \
+srun --ntasks-per-node=1 --ntasks="$SLURM_JOB_NUM_NODES" --kill-on-bad-exit=1 --cpus-per-task=96 \
   bash -c 'if [ "$SLURM_NODEID" = 0 ]; then is_host=1; else is_host=0; fi
 python="$1"; shift
 exec "$python" -m torch.distributed.run --nnodes="$SLURM_NNODES" --nproc-per-node=8 \

@@ -1,8 +1,8 @@
 #!/bin/bash
 #SBATCH --job-name=llama-ft
 #SBATCH --nodes=4
-#SBATCH --ntasks-per-node=4
-#SBATCH --cpus-per-task=12
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task=48
 #SBATCH --mem=0
 #SBATCH --time=04:00:00
 #SBATCH --partition=gpu
