@@ -634,6 +634,8 @@ class GraphedStep:
         self._hyper.apply()
         self._copy_batch(inputs, targets)
         self._graph.replay()
+        # A replay is an optimizer step: LR schedulers look for one before theirs.
+        self.optimizer._opt_called = True  # type: ignore[attr-defined]
         return self._static_loss.clone()
 
     __call__ = step
