@@ -300,7 +300,7 @@ def test_grad_scaler_needs_a_fused_optimizer_to_be_graphed() -> None:
     assert ddp.why_eager_for(adamw(model), off) is None
 
 
-@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step()`")
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler")
 def test_hyper_params_carry_a_changed_lr_into_the_captured_tensor() -> None:
     model = make_model()
     opt = adamw(model)
