@@ -301,8 +301,12 @@ class HyperParams:
             lr = group["lr"]
             tensor = None
             if _reads_tensor_lr(self.optimizer, group):
-                value = lr.detach().float() if torch.is_tensor(lr) else float(lr)
-                tensor = torch.tensor(value, dtype=torch.float32, device=self.device)
+                if torch.is_tensor(lr):
+                    tensor = lr.detach().to(self.device, torch.float32, copy=True)
+                else:
+                    tensor = torch.tensor(
+                        float(lr), dtype=torch.float32, device=self.device
+                    )
                 group["lr"] = tensor
             self._tensors.append(tensor)
             self._own.append(lr)

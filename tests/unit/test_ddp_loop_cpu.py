@@ -324,6 +324,21 @@ def test_hyper_params_carry_a_changed_lr_into_the_captured_tensor() -> None:
     assert float(captured) == 0.25
 
 
+def test_hyper_params_copy_a_tensor_lr_given_at_creation() -> None:
+    model = make_model()
+    own = torch.tensor(0.5)
+    opt = torch.optim.AdamW(model.parameters(), lr=own, capturable=True)
+    hyper = ddp.HyperParams(opt, torch.device("cpu"))
+    hyper.install()
+    captured = opt.param_groups[0]["lr"]
+    assert captured is not own and float(captured) == 0.5
+    hyper.uninstall()
+    assert opt.param_groups[0]["lr"] is own
+    own.fill_(0.125)  # what a scheduler does to a tensor lr
+    hyper.apply()
+    assert float(captured) == 0.125
+
+
 def test_hyper_params_refuse_what_a_replay_would_ignore() -> None:
     model = make_model()
     sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
