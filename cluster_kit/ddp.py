@@ -31,6 +31,7 @@ by file path (``importlib.util.spec_from_file_location``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -185,6 +186,227 @@ class _Snapshot:
                 live[key] = old
 
 
+def _describe(optimizer: torch.optim.Optimizer) -> str:
+    """``AdamW(foreach)``, ``SGD(fused)``: the class and the update form it runs."""
+    group = optimizer.param_groups[0] if optimizer.param_groups else {}
+    if group.get("fused"):
+        form = "fused"
+    elif group.get("foreach") is False:
+        form = "for-loop"
+    else:
+        form = "foreach"
+    return f"{type(optimizer).__name__}({form})"
+
+
+GRAPHABLE_ADVICE = (
+    "graphed steps need torch.optim.AdamW or Adam (capturable=True, fused=True is "
+    "fastest) or SGD"
+)
+
+
+def optimizer_advice(optimizer: torch.optim.Optimizer) -> str | None:
+    """Why this optimizer's step cannot be captured, naming what would work; None if it can.
+
+    Adam-style optimizers keep their step count on the GPU only with
+    ``capturable=True``; it is switched on here while their state is still empty.
+    SGD keeps no step count. Any other optimizer without a capturable mode keeps
+    Python-side state that a replayed graph would never update.
+    """
+    name = type(optimizer).__name__
+    groups = optimizer.param_groups
+    if any("capturable" in group for group in groups):
+        if optimizer.state and not all(group["capturable"] for group in groups):
+            return (
+                f"{name} already has state and capturable=False, so its step count "
+                f"lives on the host; create it with {name}(..., capturable=True) "
+                "before its first step"
+            )
+        return None
+    if isinstance(optimizer, torch.optim.SGD):
+        return None
+    return f"{name} has no capturable mode, so its step cannot be replayed; {GRAPHABLE_ADVICE}"
+
+
+def why_eager_for(
+    optimizer: torch.optim.Optimizer, grad_scaler: Any | None = None
+) -> str | None:
+    """Why this optimizer (with this GradScaler) must run eagerly; None if it can be graphed."""
+    advice = optimizer_advice(optimizer)
+    if advice is not None:
+        return advice
+    scaling = grad_scaler is not None and grad_scaler.is_enabled()
+    if scaling and not getattr(optimizer, "_step_supports_amp_scaling", False):
+        return (
+            f"GradScaler.step reads the inf/nan check back to the host before "
+            f"{_describe(optimizer)}.step(), which a CUDA graph cannot replay; create "
+            f"it with fused=True (e.g. {type(optimizer).__name__}(..., fused=True"
+            f"{', capturable=True' if 'capturable' in optimizer.param_groups[0] else ''}"
+            ")) so that skipping a step on inf/nan happens on the GPU"
+        )
+    return None
+
+
+def _reads_tensor_lr(optimizer: torch.optim.Optimizer, group: dict[str, Any]) -> bool:
+    """Whether this group's update reads ``lr`` from a device tensor without a sync.
+
+    Adam/AdamW do with capturable=True or fused=True; SGD only fused (its other
+    forms turn a tensor lr into a Python number, a host sync).
+    """
+    if isinstance(optimizer, torch.optim.Adam):
+        return True
+    return isinstance(optimizer, torch.optim.SGD) and bool(group.get("fused"))
+
+
+# Keys that LR schedulers keep for themselves: no optimizer update reads them.
+SCHEDULER_KEYS = frozenset(
+    {
+        "params",
+        "lr",
+        "initial_lr",
+        "max_lr",
+        "min_lr",
+        "base_lr",
+        "base_momentum",
+        "max_momentum",
+        "name",
+    }
+)
+
+
+class HyperParams:
+    """The optimizer hyper-parameters a captured step reads, kept honest between replays.
+
+    :meth:`install` (before warm-up) turns each group's ``lr`` into a 0-dim device
+    tensor where the update reads lr from a tensor, so the captured kernels read
+    whatever it holds; :meth:`uninstall` (after capture) puts the group's own
+    value back, so LR schedulers and logging see floats as always. :meth:`apply`
+    (before each replay) copies the group's current lr into that tensor: an LR
+    scheduler's ``step()`` and ``group["lr"] = x`` both take effect on the next
+    step. Every other hyper-parameter is baked into the captured kernels; a
+    change to one (or to an lr held as a Python number) is refused with a
+    ValueError that says what to do, never silently ignored.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+        self.optimizer = optimizer
+        self.device = device
+        self._tensors: list[torch.Tensor | None] = []
+        self._own: list[Any] = []
+        self._last: list[Any] = []
+        self._frozen: list[list[tuple[str, Any]]] = []
+
+    def install(self) -> None:
+        """Give every group whose update can read it a device tensor lr."""
+        for group in self.optimizer.param_groups:
+            lr = group["lr"]
+            tensor = None
+            if _reads_tensor_lr(self.optimizer, group):
+                if torch.is_tensor(lr):
+                    tensor = lr.detach().to(self.device, torch.float32, copy=True)
+                else:
+                    tensor = torch.tensor(
+                        float(lr), dtype=torch.float32, device=self.device
+                    )
+                group["lr"] = tensor
+            self._tensors.append(tensor)
+            self._own.append(lr)
+            self._last.append(lr)
+            self._frozen.append(
+                [(k, v) for k, v in group.items() if k not in SCHEDULER_KEYS]
+            )
+
+    def uninstall(self) -> None:
+        """Put each group's own lr back (the graph keeps reading its tensor)."""
+        for group, own in zip(self.optimizer.param_groups, self._own):
+            group["lr"] = own
+
+    def apply(self) -> None:
+        """Bring the captured lr tensors up to date; refuse changes a replay would ignore."""
+        groups = self.optimizer.param_groups
+        if len(groups) != len(self._tensors):
+            raise ValueError(
+                f"the optimizer has {len(groups)} param groups, the captured step "
+                f"{len(self._tensors)}; add param groups before build_step, or build "
+                "the step again"
+            )
+        for index, group in enumerate(groups):
+            self._apply_lr(index, group)
+            for key, captured in self._frozen[index]:
+                now = group.get(key)
+                if now is not captured and not _same_value(now, captured):
+                    raise ValueError(self._frozen_message(index, key, captured, now))
+
+    def _apply_lr(self, index: int, group: dict[str, Any]) -> None:
+        lr, tensor = group["lr"], self._tensors[index]
+        if torch.is_tensor(lr):
+            if tensor is None:
+                raise ValueError(self._float_lr_message(index, self._last[index], lr))
+            if lr is not tensor:
+                tensor.copy_(lr)
+            return
+        last = self._last[index]
+        if not torch.is_tensor(last) and lr == last:
+            return
+        if tensor is None:
+            raise ValueError(self._float_lr_message(index, last, lr))
+        tensor.fill_(lr)
+        self._last[index] = lr
+
+    def _float_lr_message(self, index: int, old: Any, new: Any) -> str:
+        name = _describe(self.optimizer)
+        fix = (
+            "create it with SGD(..., fused=True), whose update reads lr from a tensor"
+            if isinstance(self.optimizer, torch.optim.SGD)
+            else GRAPHABLE_ADVICE
+        )
+        return (
+            f"param_groups[{index}]['lr'] changed from {old} to {new} after capture, "
+            f"but {name} reads lr as a Python number inside the captured step, so a "
+            f"replay would keep {old}; {fix}, or build the step with enabled=False"
+        )
+
+    @staticmethod
+    def _frozen_message(index: int, key: str, old: Any, new: Any) -> str:
+        return (
+            f"param_groups[{index}][{key!r}] changed from {old!r} to {new!r} after "
+            f"capture; the captured step keeps {old!r} (only lr follows changes "
+            "between replays): set it before build_step, or build the step again "
+            "after changing it"
+        )
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if torch.is_tensor(a) or torch.is_tensor(b):
+        return False
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - incomparable values are different values
+        return False
+
+
+def _save_scaler(scaler: Any | None) -> dict[str, torch.Tensor] | None:
+    """A GradScaler's scale and growth tracker, if it has made them yet."""
+    if scaler is None or getattr(scaler, "_scale", None) is None:
+        return None
+    return {
+        "_scale": scaler._scale.detach().clone(),
+        "_growth_tracker": scaler._growth_tracker.detach().clone(),
+    }
+
+
+def _restore_scaler(scaler: Any | None, saved: dict[str, torch.Tensor] | None) -> None:
+    """Undo what warm-up did to the scaler, in place (a graph points at its tensors)."""
+    if scaler is None or getattr(scaler, "_scale", None) is None:
+        return
+    with torch.no_grad():
+        if saved is not None:
+            scaler._scale.copy_(saved["_scale"])
+            scaler._growth_tracker.copy_(saved["_growth_tracker"])
+        else:
+            scaler._scale.fill_(scaler._init_scale)
+            scaler._growth_tracker.fill_(scaler._init_growth_tracker)
+
+
 class GraphedStep:
     """One DDP training step, replayed from a CUDA graph when it can be.
 
@@ -193,6 +415,13 @@ class GraphedStep:
     ``(inputs, targets)`` pair with the shapes and dtypes of every later batch (a
     graph replays fixed shapes: drop or pad a short last batch). ``warmup`` eager
     iterations run before capture (at least 11 for DDP).
+
+    ``autocast_dtype`` runs forward and loss under autocast; ``max_grad_norm``
+    clips the total gradient norm (kept in :attr:`last_grad_norm`);
+    ``accumulation_steps=k`` makes one step k micro-batches (a leading dimension
+    of size k on inputs and targets, DDP ``no_sync()`` on all but the last);
+    ``grad_scaler`` scales an fp16 loss. Graphed or eager, a step computes what
+    the plain loop in SPEC "cluster_kit.ddp" computes.
 
     After construction ``graphed`` says whether steps replay a graph and
     ``reason`` why not (None when graphed).
@@ -206,19 +435,31 @@ class GraphedStep:
         example_batch: Batch,
         warmup: int = DDP_MIN_WARMUP,
         enabled: bool = True,
+        *,
+        autocast_dtype: torch.dtype | None = None,
+        max_grad_norm: float | None = None,
+        accumulation_steps: int = 1,
+        grad_scaler: Any | None = None,
     ) -> None:
         self.model = model
         self.optimizer = optimizer
         self.loss_fn = loss_fn
         self.warmup = warmup
+        self.autocast_dtype = autocast_dtype
+        self.max_grad_norm = max_grad_norm
+        self.accumulation_steps = accumulation_steps
+        self.grad_scaler = grad_scaler
         self.device = module_device(model)
         self.graphed = False
         self.reason: str | None = None
+        self._params = [p for p in model.parameters() if p.requires_grad]
+        self._grad_norm: torch.Tensor | None = None
         self._graph: torch.cuda.CUDAGraph | None = None
+        self._hyper = HyperParams(optimizer, self.device)
         self._static_inputs: torch.Tensor | None = None
         self._static_targets: torch.Tensor | None = None
         self._static_loss: torch.Tensor | None = None
-        self._check_warmup()
+        self._check_arguments(example_batch)
         self.reason = self._why_not_graphed(enabled)
         if self.reason is None:
             self._capture_or_fall_back(example_batch)
@@ -228,7 +469,14 @@ class GraphedStep:
                 f"CUDA graphs off, training steps run eagerly: {self.reason}",
             )
 
-    def _check_warmup(self) -> None:
+    @property
+    def last_grad_norm(self) -> torch.Tensor | None:
+        """Total gradient norm of the last step (before clipping); None without clipping."""
+        if self._grad_norm is None or not self.graphed:
+            return self._grad_norm
+        return self._grad_norm.clone()
+
+    def _check_arguments(self, example_batch: Batch) -> None:
         if self.warmup < 1:
             raise ValueError("warmup must be at least 1 iteration")
         if _is_ddp(self.model) and self.warmup < DDP_MIN_WARMUP:
@@ -236,6 +484,35 @@ class GraphedStep:
                 f"DDP needs at least {DDP_MIN_WARMUP} eager warm-up iterations before "
                 f"capture (got warmup={self.warmup}); use warmup={DDP_MIN_WARMUP}"
             )
+        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
+            raise ValueError(
+                f"max_grad_norm must be > 0 (got {self.max_grad_norm}); "
+                "max_grad_norm=None turns clipping off"
+            )
+        if self.autocast_dtype not in (None, torch.bfloat16, torch.float16):
+            raise ValueError(
+                f"autocast_dtype must be torch.bfloat16 or torch.float16 (got "
+                f"{self.autocast_dtype})"
+            )
+        if not isinstance(self.accumulation_steps, int) or self.accumulation_steps < 1:
+            raise ValueError(
+                f"accumulation_steps must be an integer >= 1 (got {self.accumulation_steps!r})"
+            )
+        self._check_micro_batches(*example_batch, what="example_batch")
+
+    def _check_micro_batches(
+        self, inputs: torch.Tensor, targets: torch.Tensor, what: str
+    ) -> None:
+        k = self.accumulation_steps
+        if k == 1:
+            return
+        for name, tensor in (("inputs", inputs), ("targets", targets)):
+            if tensor.dim() == 0 or tensor.shape[0] != k:
+                raise ValueError(
+                    f"{what} {name} have shape {tuple(tensor.shape)}, but "
+                    f"accumulation_steps={k} needs a leading micro-batch dimension of "
+                    f"{k}: stack the micro-batches, e.g. x.view({k}, -1, *x.shape[1:])"
+                )
 
     def _why_not_graphed(self, enabled: bool) -> str | None:
         if not enabled:
@@ -244,27 +521,33 @@ class GraphedStep:
             return "CUDA is not available"
         if self.device.type != "cuda":
             return f"the model is on {self.device}, not on a CUDA device"
-        return None
+        return why_eager_for(self.optimizer, self.grad_scaler)
 
     def _capture_or_fall_back(self, example_batch: Batch) -> None:
         snapshot = _Snapshot.take(self.model, self.optimizer)
+        scaler_state = _save_scaler(self.grad_scaler)
         error: str | None = None
         try:
             self._prepare_optimizer()
+            self._hyper.install()
             self._capture(example_batch)
         except Exception as exc:  # noqa: BLE001 - any capture failure means: run eagerly
             error = f"capture failed: {type(exc).__name__}: {exc}".strip()
+        finally:
+            self._hyper.uninstall()
         ok = _all_ranks_agree(error is None, self.device)
         if ok:
             self.graphed = True
         else:
             self._graph = None
+            self._grad_norm = None
             self.reason = error or "capture failed on another rank"
             _log_once(
                 logging.WARNING,
                 f"CUDA graphs off, training steps run eagerly: {self.reason}",
             )
         snapshot.restore(self.model, self.optimizer, keep_new_state=self.graphed)
+        _restore_scaler(self.grad_scaler, scaler_state)
         torch.cuda.synchronize(self.device)
 
     def _prepare_optimizer(self) -> None:
@@ -287,33 +570,76 @@ class GraphedStep:
         with torch.cuda.stream(side):
             for _ in range(self.warmup):
                 self.optimizer.zero_grad(set_to_none=True)
-                self._forward_backward_update(self._static_inputs, self._static_targets)
+                self._train_step(self._static_inputs, self._static_targets)
         torch.cuda.current_stream(self.device).wait_stream(side)
         # Grads must be None so that the captured backward allocates and writes them.
         self.optimizer.zero_grad(set_to_none=True)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, stream=side):
-            self._static_loss = self._forward_backward_update(
+            self._static_loss = self._train_step(
                 self._static_inputs, self._static_targets
             )
         self._graph = graph
 
-    def _forward_backward_update(
-        self, inputs: torch.Tensor, targets: torch.Tensor
-    ) -> torch.Tensor:
-        loss = self.loss_fn(self.model(inputs), targets)
-        loss.backward()
-        self.optimizer.step()
-        return loss.detach()
+    def _autocast(self) -> Any:
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        # A graph must not keep autocast's cache of cast weights from capture time.
+        return torch.autocast(
+            self.device.type, dtype=self.autocast_dtype, cache_enabled=False
+        )
+
+    def _micro_batch_context(self, index: int) -> Any:
+        """DDP ``no_sync()`` on every micro-batch but the last."""
+        if index < self.accumulation_steps - 1 and _is_ddp(self.model):
+            return self.model.no_sync()  # type: ignore[operator]
+        return contextlib.nullcontext()
+
+    def _train_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The plain loop of SPEC "cluster_kit.ddp", minus zero_grad: the mean loss."""
+        k = self.accumulation_steps
+        total: torch.Tensor | None = None
+        for index in range(k):
+            x, y = (inputs, targets) if k == 1 else (inputs[index], targets[index])
+            with self._micro_batch_context(index):
+                with self._autocast():
+                    loss = self.loss_fn(self.model(x), y)
+                    if k > 1:
+                        loss = loss / k
+                scaler = self.grad_scaler
+                (scaler.scale(loss) if scaler is not None else loss).backward()
+            total = loss.detach() if total is None else total + loss.detach()
+        self._clip_and_update()
+        assert total is not None
+        return total
+
+    def _clip_and_update(self) -> None:
+        scaler = self.grad_scaler
+        if self.max_grad_norm:
+            if scaler is not None:
+                scaler.unscale_(self.optimizer)
+            # error_if_nonfinite stays off: checking it reads the norm on the host.
+            self._grad_norm = torch.nn.utils.clip_grad_norm_(
+                self._params, self.max_grad_norm
+            )
+        if scaler is not None:
+            scaler.step(self.optimizer)
+            scaler.update()
+        else:
+            self.optimizer.step()
 
     def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Run one training step on this batch and return its loss (a new tensor)."""
         if not self.graphed:
+            self._check_micro_batches(inputs, targets, what="the batch's")
             self.optimizer.zero_grad(set_to_none=True)
-            return self._forward_backward_update(inputs, targets)
+            return self._train_step(inputs, targets)
         assert self._graph is not None and self._static_loss is not None
+        self._hyper.apply()
         self._copy_batch(inputs, targets)
         self._graph.replay()
+        # A replay is an optimizer step: LR schedulers look for one before theirs.
+        self.optimizer._opt_called = True  # type: ignore[attr-defined]
         return self._static_loss.clone()
 
     __call__ = step
@@ -350,11 +676,30 @@ def build_step(
     optimizer: torch.optim.Optimizer,
     loss_fn: LossFn,
     example_batch: Batch,
+    *,
     warmup: int = DDP_MIN_WARMUP,
     enabled: bool | None = None,
+    autocast_dtype: torch.dtype | None = None,
+    max_grad_norm: float | None = None,
+    accumulation_steps: int = 1,
+    grad_scaler: Any | None = None,
 ) -> GraphedStep:
-    """A training step, graphed when ``enabled`` (default: ``CLUSTERKIT_CUDA_GRAPHS=1``)."""
+    """A training step, graphed when ``enabled`` (default: ``CLUSTERKIT_CUDA_GRAPHS=1``).
+
+    See :class:`GraphedStep` for the options; ``step.graphed`` and ``step.reason``
+    say whether it replays a graph and why not.
+    """
     wanted = graphs_requested() if enabled is None else enabled
-    return GraphedStep(
-        model, optimizer, loss_fn, example_batch, warmup=warmup, enabled=wanted
+    step = GraphedStep(
+        model,
+        optimizer,
+        loss_fn,
+        example_batch,
+        warmup=warmup,
+        enabled=wanted,
+        autocast_dtype=autocast_dtype,
+        max_grad_norm=max_grad_norm,
+        accumulation_steps=accumulation_steps,
+        grad_scaler=grad_scaler,
     )
+    return step

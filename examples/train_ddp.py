@@ -7,8 +7,10 @@ NCCL when CUDA is available and Gloo otherwise, and
 
 1. all-reduces rank+1 and prints, per rank,
    `rank=1 local_rank=1 world_size=4 master_addr=n1 allreduce_sum=10 expected=10 ok`;
-2. trains a tiny model for a few DDP steps and checks that every rank ends
-   with the same weights.
+2. trains a tiny model for a few DDP steps the way a real job does (AdamW,
+   warm-up + cosine LR schedule, bf16 autocast on GPU, gradient clipping,
+   optional micro-batch accumulation; graphed when the job sets
+   `cuda_graphs: true`) and checks that every rank ends with the same weights.
 
 It exits 1 when either check fails.
 """
@@ -16,6 +18,8 @@ It exits 1 when either check fails.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -26,7 +30,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
 Step = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -35,7 +38,14 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=5, help="training steps")
     parser.add_argument("--width", type=int, default=64, help="hidden layer width")
-    parser.add_argument("--batch", type=int, default=32, help="batch size per rank")
+    parser.add_argument("--batch", type=int, default=32, help="micro-batch size per rank")
+    parser.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
+    parser.add_argument("--warmup-steps", type=int, default=None,
+                        help="linear LR warm-up steps (default: a tenth of --steps)")
+    parser.add_argument("--max-grad-norm", type=float, default=1.0,
+                        help="clip the total gradient norm to this (0: no clipping)")
+    parser.add_argument("--accumulation-steps", type=int, default=1,
+                        help="micro-batches per optimizer step")
     return parser.parse_args()
 
 
@@ -73,72 +83,90 @@ def check_allreduce(device: torch.device) -> bool:
     return total == expected
 
 
-def eager_step(
-    model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module
-) -> Step:
-    """One forward/backward/update; DDP all-reduces the gradients in backward."""
-
-    def step(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(inputs), targets)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
-
-    return step
-
-
 def load_ddp_helper() -> Any:
-    """cluster_kit.ddp: installed, or from the checkout this example lives in."""
+    """cluster_kit.ddp: installed, or by file path from the checkout this example lives in."""
     try:
         from cluster_kit import ddp
     except ImportError:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-        from cluster_kit import ddp
+        path = Path(__file__).resolve().parent.parent / "cluster_kit" / "ddp.py"
+        spec = importlib.util.spec_from_file_location("cluster_kit_ddp", path)
+        assert spec is not None and spec.loader is not None
+        ddp = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(ddp)
     return ddp
 
 
 def build_model(device: torch.device, args: argparse.Namespace) -> nn.Module:
     torch.manual_seed(0)  # same initial weights everywhere (DDP also broadcasts them)
-    return nn.Sequential(nn.Linear(16, args.width), nn.ReLU(), nn.Linear(args.width, 1)).to(device)
+    return nn.Sequential(nn.Linear(16, args.width), nn.GELU(), nn.Linear(args.width, 1)).to(device)
 
 
-def batch(generator: torch.Generator, device: torch.device, size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    inputs = torch.randn(size, 16, generator=generator).to(device)
-    return inputs, inputs.sum(dim=1, keepdim=True)
+def batch(generator: torch.Generator, device: torch.device, args: argparse.Namespace) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step's data: (k, micro-batch, 16) inputs when accumulating k micro-batches."""
+    k = args.accumulation_steps
+    shape = (k, args.batch, 16) if k > 1 else (args.batch, 16)
+    inputs = torch.randn(*shape, generator=generator).to(device)
+    return inputs, inputs.sum(dim=-1, keepdim=True)
 
 
-def make_step(model: nn.Module, device: torch.device, example: tuple[torch.Tensor, torch.Tensor]) -> tuple[nn.Module, Step]:
-    """DDP model and training step: eager, or captured in a CUDA graph.
+def warmup_cosine(optimizer: torch.optim.Optimizer, args: argparse.Namespace) -> Any:
+    """Linear warm-up to the peak lr, then cosine decay to a tenth of it."""
+    warmup = args.warmup_steps if args.warmup_steps is not None else max(1, args.steps // 10)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, args.steps - warmup))
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def make_step(model: nn.Module, device: torch.device, example: tuple[torch.Tensor, torch.Tensor],
+              args: argparse.Namespace) -> tuple[nn.Module, torch.optim.Optimizer, Step]:
+    """DDP model, optimizer and training step: eager, or captured in a CUDA graph.
 
     `cuda_graphs: true` in the job file exports CLUSTERKIT_CUDA_GRAPHS=1; then
     cluster_kit.ddp builds DDP on its capture stream and replays forward,
-    backward and optimizer step from one graph (eager, with the reason printed,
-    where capture is not possible, e.g. on CPU).
+    backward, clipping and optimizer step from one graph (eager, with the reason
+    printed, where capture is not possible, e.g. on CPU). Either way the step
+    runs bf16 autocast on GPU, clips the gradient norm and accumulates
+    micro-batches, exactly as the plain loop would.
     """
-    loss_fn = nn.MSELoss()
-    if os.environ.get("CLUSTERKIT_CUDA_GRAPHS") != "1":
-        ids = [device.index] if device.type == "cuda" else None
-        ddp_model = DistributedDataParallel(model, device_ids=ids)
-        optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.01)
-        return ddp_model, eager_step(ddp_model, optimizer, loss_fn)
     ddp = load_ddp_helper()
-    ddp_model = ddp.wrap_ddp(model)
-    optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.01)
-    step = ddp.build_step(ddp_model, optimizer, loss_fn, example)
-    if dist.get_rank() == 0:
+    graphs = ddp.graphs_requested()
+    ddp_model = ddp.wrap_ddp(model, for_capture=graphs)
+    on_gpu = device.type == "cuda"
+    # Fused AdamW is the fastest on GPU, eager or graphed; capturable lets it be captured.
+    optimizer = torch.optim.AdamW(ddp_model.parameters(), lr=args.lr, weight_decay=0.01,
+                                  fused=on_gpu, capturable=on_gpu and graphs)
+    step = ddp.build_step(
+        ddp_model, optimizer, nn.MSELoss(), example, enabled=graphs,
+        autocast_dtype=torch.bfloat16 if on_gpu else None,
+        max_grad_norm=args.max_grad_norm or None,
+        accumulation_steps=args.accumulation_steps,
+    )
+    if graphs and dist.get_rank() == 0:
         say(f"cuda_graphs: graphed={str(step.graphed).lower()} reason={step.reason or '-'}")
-    return ddp_model, step
+    return ddp_model, optimizer, step
 
 
 def train(device: torch.device, args: argparse.Namespace) -> tuple[nn.Module, float]:
-    """A few DDP steps on random data that differs per rank: (model, last loss)."""
+    """DDP steps on random data that differs per rank, on a warm-up + cosine LR
+    schedule: (model, last loss)."""
     model = build_model(device, args)
     generator = torch.Generator().manual_seed(1000 + dist.get_rank())
-    _ddp_model, step = make_step(model, device, batch(generator, device, args.batch))
+    _ddp_model, optimizer, step = make_step(model, device, batch(generator, device, args), args)
+    schedule = warmup_cosine(optimizer, args)
     loss = torch.zeros(())
     for _ in range(args.steps):
-        loss = step(*batch(generator, device, args.batch))
+        loss = step(*batch(generator, device, args))
+        schedule.step()
+    if dist.get_rank() == 0:
+        norm = step.last_grad_norm
+        say(f"rank=0 lr={optimizer.param_groups[0]['lr']:.3g}"
+            f" grad_norm={'-' if norm is None else f'{float(norm):.4f}'}"
+            f" accumulation_steps={args.accumulation_steps}")
     return model, float(loss.item())
 
 

@@ -1,0 +1,353 @@
+"""A graphed training loop equals the plain eager loop, option by option, on a real GPU.
+
+Each test runs 50 steps from the same seed and batches twice: through
+``build_step(..., enabled=True)`` (asserted to replay a graph) and through the
+plain loop of SPEC "cluster_kit.ddp" written out by hand, and compares the loss,
+the gradient norm, the GradScaler's scale and the parameters after every step.
+World size 1 NCCL process group on localhost (file store). Skipped without CUDA.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from cluster_kit import ddp
+
+pytestmark = [
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+    # a replay counts as the optimizer step an LR scheduler checks for
+    pytest.mark.filterwarnings("error:Detected call of `lr_scheduler"),
+]
+
+STEPS = 50
+INF_STEP = 7
+Batch = tuple[torch.Tensor, torch.Tensor]
+Hook = Callable[[int, torch.optim.Optimizer], None]
+Record = tuple[torch.Tensor, torch.Tensor | None, float | None, list[torch.Tensor]]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nccl_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    ddp.prepare_process_group_env(enabled=True)
+    torch.cuda.set_device(0)
+    store = tmp_path_factory.mktemp("pg") / "store"
+    dist.init_process_group(
+        "nccl",
+        init_method=f"file://{store}",
+        rank=0,
+        world_size=1,
+        device_id=torch.device("cuda", 0),
+    )
+    yield
+    dist.destroy_process_group()
+
+
+def make_net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 8)
+    ).cuda()
+
+
+def make_batches(k: int = 1, inf: bool = False) -> list[Batch]:
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    lead = (k,) if k > 1 else ()
+    data = [
+        (
+            3 * torch.randn(*lead, 16, 32, device="cuda", generator=gen),
+            torch.randn(*lead, 16, 8, device="cuda", generator=gen),
+        )
+        for _ in range(STEPS)
+    ]
+    if inf:  # one micro-batch of one step overflows: the scaler must skip that step
+        x = data[INF_STEP][0].clone()
+        x.view(-1, 32)[0, 0] = float("inf")
+        data[INF_STEP] = (x, data[INF_STEP][1])
+    return data
+
+
+def adamw(impl: str) -> Callable[[nn.Module], torch.optim.Optimizer]:
+    def make(model: nn.Module) -> torch.optim.Optimizer:
+        fused = impl == "fused"
+        return torch.optim.AdamW(
+            model.parameters(),
+            lr=3e-3,
+            weight_decay=0.1,
+            capturable=True,
+            fused=fused,
+            foreach=not fused,
+        )
+
+    return make
+
+
+def warmup_cosine(optimizer: torch.optim.Optimizer) -> Any:
+    def factor(i: int) -> float:
+        if i < 5:
+            return (i + 1) / 5
+        return 0.5 * (1 + math.cos(math.pi * (i - 5) / STEPS))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def scheduled(i: int, opt: torch.optim.Optimizer) -> None:
+    """Warm-up + cosine, the scheduler stepped after every optimizer step."""
+    if i == 0:
+        opt._test_sched = warmup_cosine(opt)  # type: ignore[attr-defined]
+    else:
+        opt._test_sched.step()  # type: ignore[attr-defined]
+
+
+def scheduled_then_zero(i: int, opt: torch.optim.Optimizer) -> None:
+    """The schedule for 5 steps, then ``group["lr"] = 0`` by hand."""
+    if i < 5:
+        scheduled(i, opt)
+    else:
+        for group in opt.param_groups:
+            group["lr"] = 0.0
+
+
+def no_hook(i: int, opt: torch.optim.Optimizer) -> None:
+    pass
+
+
+def plain_step(
+    model: DistributedDataParallel,
+    optimizer: torch.optim.Optimizer,
+    batch: Batch,
+    opts: dict[str, Any],
+    scaler: Any | None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """SPEC's plain loop for one step, as a user writes it: (mean loss, grad norm)."""
+    inputs, targets = batch
+    k = opts.get("accumulation_steps", 1)
+    dtype, max_norm = opts.get("autocast_dtype"), opts.get("max_grad_norm")
+    total, norm = None, None
+    for i in range(k):
+        x, y = (inputs[i], targets[i]) if k > 1 else (inputs, targets)
+        sync = model.no_sync() if i < k - 1 else contextlib.nullcontext()
+        cast = (
+            torch.autocast("cuda", dtype=dtype) if dtype else contextlib.nullcontext()
+        )
+        with sync:
+            with cast:
+                loss = F.mse_loss(model(x), y)
+                loss_i = loss / k if k > 1 else loss
+            (scaler.scale(loss_i) if scaler else loss_i).backward()
+        total = loss_i.detach() if total is None else total + loss_i.detach()
+    if max_norm:
+        if scaler:
+            scaler.unscale_(optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    if scaler:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    assert total is not None
+    return total, norm
+
+
+def record(
+    loss: torch.Tensor, norm: torch.Tensor | None, scaler: Any, model: nn.Module
+) -> Record:
+    return (
+        loss.clone(),
+        None if norm is None else norm.clone(),
+        scaler.get_scale() if scaler else None,
+        [p.detach().clone() for p in model.parameters()],
+    )
+
+
+def scaler_factory(opts: dict[str, Any]) -> Any | None:
+    if not opts.get("grad_scaler"):
+        return None
+    return torch.amp.GradScaler("cuda", init_scale=2.0**14, growth_interval=5)
+
+
+def run_graphed(
+    opts: dict[str, Any],
+    hook: Hook,
+    data: list[Batch],
+    make_opt: Callable[[nn.Module], torch.optim.Optimizer],
+) -> tuple[ddp.GraphedStep, list[Record]]:
+    model = ddp.wrap_ddp(make_net(), for_capture=True)
+    opt, scaler = make_opt(model), scaler_factory(opts)
+    kwargs = {k: v for k, v in opts.items() if k != "grad_scaler"}
+    step = ddp.build_step(
+        model, opt, F.mse_loss, data[0], enabled=True, grad_scaler=scaler, **kwargs
+    )
+    out = []
+    for i, batch in enumerate(data):
+        hook(i, opt)
+        out.append(record(step(*batch), step.last_grad_norm, scaler, model))
+    return step, out
+
+
+def run_plain(
+    opts: dict[str, Any],
+    hook: Hook,
+    data: list[Batch],
+    make_opt: Callable[[nn.Module], torch.optim.Optimizer],
+) -> list[Record]:
+    model = DistributedDataParallel(make_net(), device_ids=[0])
+    opt, scaler = make_opt(model), scaler_factory(opts)
+    out = []
+    for i, batch in enumerate(data):
+        hook(i, opt)
+        out.append(record(*plain_step(model, opt, batch, opts, scaler), scaler, model))
+    return out
+
+
+def assert_same_training(got: list[Record], want: list[Record], atol: float) -> None:
+    """Every step's loss, grad norm, scale and parameters agree (exactly when atol=0)."""
+    assert len(got) == len(want) == STEPS
+    for i, (a, b) in enumerate(zip(got, want)):
+        msg = f"step {i}"
+        torch.testing.assert_close(
+            a[0], b[0], rtol=0, atol=atol, equal_nan=True, msg=msg
+        )
+        assert (a[1] is None) == (b[1] is None), msg
+        if a[1] is not None:
+            torch.testing.assert_close(
+                a[1], b[1], rtol=0, atol=atol, equal_nan=True, msg=msg
+            )
+        assert a[2] == b[2], f"{msg}: scale {a[2]} != {b[2]}"
+        for p, q in zip(a[3], b[3]):
+            torch.testing.assert_close(p, q, rtol=0, atol=atol, msg=msg)
+
+
+def max_difference(got: list[Record], want: list[Record]) -> float:
+    return max(
+        float((p - q).abs().max())
+        for a, b in zip(got, want)
+        for p, q in zip(a[3], b[3])
+    )
+
+
+def check(
+    opts: dict[str, Any],
+    hook: Hook = scheduled,
+    impl: str = "fused",
+    atol: float = 0.0,
+) -> list[Record]:
+    k = opts.get("accumulation_steps", 1)
+    data = make_batches(k, inf=bool(opts.get("grad_scaler")))
+    want = run_plain(opts, hook, data, adamw(impl))
+    step, got = run_graphed(opts, hook, data, adamw(impl))
+    assert step.graphed is True and step.reason is None, step.reason
+    assert_same_training(got, want, atol)
+    print(
+        f"{opts} {impl} {hook.__name__}: max |graphed - eager| = {max_difference(got, want):.3g}"
+    )
+    return got
+
+
+def changed(a: Record, b: Record) -> bool:
+    return any(not torch.equal(p, q) for p, q in zip(a[3], b[3]))
+
+
+# Foreach AdamW with a tensor lr divides by it in another order than with a float
+# lr: rounding differences of ~1e-7 are expected there, and only there.
+@pytest.mark.parametrize(("impl", "atol"), [("fused", 0.0), ("foreach", 1e-6)])
+@pytest.mark.parametrize("hook", [scheduled, scheduled_then_zero])
+def test_lr_schedule_and_assignment_reach_the_graph(
+    impl: str, atol: float, hook: Hook
+) -> None:
+    got = check({}, hook=hook, impl=impl, atol=atol)
+    if hook is scheduled_then_zero:  # lr 0 from step 5: nothing moves any more
+        assert not changed(got[5], got[-1]) and changed(got[0], got[4])
+
+
+def test_bf16_autocast() -> None:
+    check({"autocast_dtype": torch.bfloat16})
+
+
+def test_clipping_with_the_same_norms() -> None:
+    got = check({"max_grad_norm": 0.5})
+    assert sum(float(r[1]) > 0.5 for r in got) > 10  # clipping really happened  # type: ignore[arg-type]
+
+
+def test_accumulation_over_four_micro_batches() -> None:
+    check({"accumulation_steps": 4})
+
+
+def test_fp16_grad_scaler_skips_the_inf_step_and_changes_scale() -> None:
+    got = check({"autocast_dtype": torch.float16, "grad_scaler": True}, hook=no_hook)
+    scales = [r[2] for r in got]
+    assert scales[INF_STEP] == scales[INF_STEP - 1] / 2  # type: ignore[operator]
+    assert not changed(got[INF_STEP - 1], got[INF_STEP])  # the inf step was skipped
+    assert len(set(scales)) > 2  # and the scale grew back afterwards
+
+
+def test_everything_together_bf16() -> None:
+    check(
+        {
+            "autocast_dtype": torch.bfloat16,
+            "max_grad_norm": 0.5,
+            "accumulation_steps": 4,
+        }
+    )
+
+
+def test_everything_together_fp16_scaler() -> None:
+    got = check(
+        {
+            "autocast_dtype": torch.float16,
+            "grad_scaler": True,
+            "max_grad_norm": 0.5,
+            "accumulation_steps": 4,
+        }
+    )
+    assert not changed(got[INF_STEP - 1], got[INF_STEP])
+
+
+def test_fused_sgd_follows_the_schedule() -> None:
+    def sgd(model: nn.Module) -> torch.optim.Optimizer:
+        return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, fused=True)
+
+    data = make_batches()
+    want = run_plain({}, scheduled, data, sgd)
+    step, got = run_graphed({}, scheduled, data, sgd)
+    assert step.graphed is True, step.reason
+    assert_same_training(got, want, 0.0)
+
+
+def test_grad_scaler_with_foreach_adamw_runs_eagerly_with_the_reason() -> None:
+    opts = {"autocast_dtype": torch.float16, "grad_scaler": True}
+    data = make_batches(inf=True)
+    want = run_plain(opts, no_hook, data, adamw("foreach"))
+    step, got = run_graphed(opts, no_hook, data, adamw("foreach"))
+    assert step.graphed is False
+    assert "AdamW(..., fused=True, capturable=True)" in str(step.reason)
+    assert_same_training(got, want, 0.0)
+
+
+def test_a_change_the_graph_cannot_follow_is_refused() -> None:
+    model = ddp.wrap_ddp(make_net(), for_capture=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    data = make_batches()
+    step = ddp.build_step(model, opt, F.mse_loss, data[0], enabled=True)
+    assert step.graphed is True
+    step(*data[1])
+    opt.param_groups[0]["lr"] = 0.01
+    with pytest.raises(ValueError, match=r"SGD\(..., fused=True\)"):
+        step(*data[2])
+    opt.param_groups[0]["lr"] = 0.05
+    opt.param_groups[0]["momentum"] = 0.5
+    with pytest.raises(ValueError, match=r"\['momentum'\] changed from 0.9 to 0.5"):
+        step(*data[2])
