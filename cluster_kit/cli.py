@@ -72,6 +72,17 @@ def profiles_show(app: App, name: str) -> None:
     click.echo(yaml.safe_dump(profile.data, sort_keys=False).rstrip())
 
 
+@cli.command("schema")
+@click.argument("kind", type=click.Choice(["profile", "job"]), default="profile")
+def schema_command(kind: str) -> None:
+    """Print the JSON Schema (draft 2020-12) of profiles or job files, for editors."""
+    import json
+
+    from cluster_kit.json_schema import build
+
+    click.echo(json.dumps(build(kind), indent=2))
+
+
 @cli.command()
 @click.argument("job_file", type=click.Path(exists=True, dir_okay=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the script here.")
