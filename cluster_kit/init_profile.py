@@ -244,10 +244,12 @@ def _note_left_out(out: Derivation, ports: Mapping[str, list[Port]], chosen: lis
     for port in ports[reference]:
         if port.name in chosen:
             continue
-        if port.kind != kind:
+        if not port.active:  # a port without a link reports the lowest rate: its state is the news
+            out.note("network", f"{port.name}: {port.state} on {reference}: left out")
+        elif port.kind != kind:
             out.note("network", f"{port.name}: {kind_text(port.kind)}, unlike {fabric}: left out")
         else:
-            out.note("network", f"{port.name}: {port.state} on {reference}: left out")
+            out.note("network", f"{port.name}: ACTIVE on {reference} but not on most nodes: left out")
 
 
 def _port_outliers(out: Derivation, ports: Mapping[str, list[Port]], chosen: list[str],

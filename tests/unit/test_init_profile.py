@@ -217,3 +217,10 @@ def test_init_refuses_a_bad_nodes_list(nodes: str, message: str) -> None:
     result = CliRunner().invoke(cli, ["init", "--from-node", "gpu001", "--nodes", nodes])
     assert result.exit_code == 2
     assert message in result.output
+
+
+def test_a_port_without_link_is_left_out_by_its_state_not_its_rate() -> None:
+    out = derive({"gpu1": facts("ib-portdown")}, {}, "p")
+    assert "mlx5_3:1" not in out.data()["network"]["ib_hca"]
+    assert [note for note in out.notes["network"] if note.startswith("mlx5_3:1")] == [
+        "mlx5_3:1: 1: DOWN / 2: Polling on gpu1: left out"]
