@@ -52,10 +52,12 @@ def field_schema(spec: schema.Field) -> dict[str, Any]:
 
 
 def rule_json(check: Any) -> dict[str, Any]:
-    """The JSON fragment a check carries; a check without one is a bug in schema.py."""
-    if not isinstance(check, schema.Rule):
-        raise TypeError(f"{check!r} has no JSON Schema fragment: wrap it in schema.Rule")
-    return check.json
+    """The JSON fragment a check carries.
+
+    A check without one (not wrapped in schema.Rule) accepts anything here rather
+    than break `clusterkit schema`; the tests insist that every check has one.
+    """
+    return check.json if isinstance(check, schema.Rule) else {}
 
 
 def section_schema(spec: schema.Section, kind: str, path: tuple[str, ...]) -> dict[str, Any]:

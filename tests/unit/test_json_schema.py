@@ -180,9 +180,38 @@ def test_unknown_keys_are_closed_where_the_validator_closes_them() -> None:
     assert "NCCL_IB_HCA" not in profile["properties"]["network"]["properties"]["nccl_env"]["properties"]
 
 
-def test_a_check_without_a_json_fragment_is_refused() -> None:
-    with pytest.raises(TypeError, match="schema.Rule"):
-        json_schema.field_schema(schema.Field(lambda value: None))
+def every_check(spec: schema.Spec) -> list[Any]:
+    if isinstance(spec, schema.Section):
+        return [c for sub in spec.fields.values() for c in every_check(sub)] + (
+            every_check(spec.extra) if spec.extra else [])
+    if isinstance(spec, schema.ListOf):
+        return every_check(spec.item)
+    if isinstance(spec, schema.MapOf):
+        return [spec.key_check, *every_check(spec.value)]
+    return [spec.check]
+
+
+def test_every_check_carries_its_json_fragment() -> None:
+    checks = every_check(schema.PROFILE) + every_check(schema.JOB)
+    assert len(checks) > 60
+    assert [c for c in checks if not isinstance(c, schema.Rule) or not c.json] == []
+
+
+def test_a_check_without_a_fragment_accepts_anything_in_the_schema() -> None:
+    assert json_schema.field_schema(schema.Field(lambda value: None)) == {}
+
+
+# Files the YAML loader refuses, or whose top level is no mapping, never reach a schema.
+OTHER_FILES = sorted(path for path in CONFIG.glob("*.yaml")
+                     if path.name not in ("bad-yaml.yaml", "duplicate.yaml", "empty.yaml", "list-top.yaml"))
+
+
+@pytest.mark.parametrize("path", OTHER_FILES, ids=lambda p: p.name)
+def test_the_schema_and_the_spec_agree_on_each_test_file(path: Path) -> None:
+    """Good or bad, each file of tests/data/config is judged alike (one file, no extends)."""
+    data = load(path).data
+    kind = "job" if is_job(data) else "profile"
+    assert bool(spec_errors(data, kind)) == bool(schema_errors(data, kind)), path.name
 
 
 @pytest.mark.parametrize("kind", json_schema.KINDS)
