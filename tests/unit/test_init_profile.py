@@ -1,7 +1,6 @@
 """`init --from-node`'s derivation on recorded probe facts: values, comments, votes, YAML."""
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -37,15 +36,6 @@ def facts(name: str, route: str | None = "eth0") -> dict[str, Any]:
     return data
 
 
-def with_storage_nic(data: dict[str, Any]) -> dict[str, Any]:
-    """ib-ok's eight NDR ports plus mlx5_8: a 200 Gb/s Ethernet port (RoCE storage NIC)."""
-    out = copy.deepcopy(data)
-    port = copy.deepcopy(facts("roce-ok")["rdma"]["hcas"]["mlx5_0"])
-    port["ports"]["1"]["rate"] = "200 Gb/sec (4X HDR)"
-    out["rdma"]["hcas"]["mlx5_8"] = port
-    return out
-
-
 def resolved(text: str) -> dict[str, Any]:
     """The written profile as `config` resolves it (defaults filled), for the checks."""
     data = yaml.safe_load(text)
@@ -58,7 +48,7 @@ def statuses(node_facts: dict[str, Any], profile: dict[str, Any]) -> dict[str, s
 
 
 def test_the_storage_nic_is_left_out_with_its_reason() -> None:
-    node = with_storage_nic(facts("ib-ok"))
+    node = facts("ib-storage")
     out = derive({"gpu001": node}, {}, "prod")
     data = out.data()
     assert data["network"]["fabric"] == "infiniband"
@@ -70,7 +60,7 @@ def test_the_storage_nic_is_left_out_with_its_reason() -> None:
 
 
 def test_the_written_profile_passes_every_check_on_its_node() -> None:
-    node = with_storage_nic(facts("ib-ok"))
+    node = facts("ib-storage")
     text = render_profile(derive({"gpu001": node}, {}, "prod"), ["header"])
     profile = resolved(text)
     found = statuses(node, profile)
@@ -224,3 +214,9 @@ def test_a_port_without_link_is_left_out_by_its_state_not_its_rate() -> None:
     assert "mlx5_3:1" not in out.data()["network"]["ib_hca"]
     assert [note for note in out.notes["network"] if note.startswith("mlx5_3:1")] == [
         "mlx5_3:1: 1: DOWN / 2: Polling on gpu1: left out"]
+
+
+def test_a_slower_port_of_the_same_link_layer_is_left_out_too() -> None:
+    out = derive({"gpu1": facts("ib-slow")}, {}, "p")
+    assert out.data()["network"]["ib_hca"] == [f"mlx5_{i}:1" for i in range(8) if i != 5]
+    assert out.notes["network"] == ["mlx5_5:1: InfiniBand 200 Gb/s, unlike the 7 InfiniBand 400 Gb/s ports: left out"]

@@ -214,8 +214,21 @@ def ib_nohca() -> Node:
     return node
 
 
+def ib_storage() -> Node:
+    """ib_ok plus mlx5_8: a 200 Gb/s Ethernet (RoCE) port of the storage network."""
+    node = ib_ok()
+    assert node.hcas is not None
+    storage = roce_hca(8, "0a08:0001")
+    storage.ports["1"].rate = "200 Gb/sec (4X HDR)"
+    node.hcas.append(storage)
+    node.interfaces[storage.netdevs[0]] = Iface(mtu="9000", speed="200000", pci=storage.pci,
+                                                address="0a:5c:2e:08:4a:10")
+    return node
+
+
 SCENARIOS = {
     "ib-ok": ib_ok,
+    "ib-storage": ib_storage,
     "ib-portdown": lambda: ib_with(3, state="1: DOWN", phys_state="2: Polling", rate="10 Gb/sec (4X SDR)"),
     "ib-disabled": lambda: ib_with(3, state="1: DOWN", phys_state="3: Disabled", rate="10 Gb/sec (4X SDR)"),
     "ib-init": lambda: ib_with(2, state="2: INIT", phys_state="5: LinkUp"),
