@@ -188,7 +188,7 @@ def derive_network(out: Derivation, facts_by_node: Mapping[str, Facts]) -> str:
     """fabric, ib_hca, gid_index, ib_rate_gbps and socket_ifname; returns the fabric."""
     nodes = list(facts_by_node)
     ports = {node: node_ports(facts) for node, facts in facts_by_node.items()}
-    kinds = vote({node: main_kind(node_ports_) for node, node_ports_ in ports.items()}, nodes[0])
+    kinds = vote({node: main_kind(found) for node, found in ports.items()}, nodes[0])
     record_outliers(out, "the compute fabric", kinds,
                     lambda kind: kind_text(kind) if kind else "no ACTIVE RDMA port")
     if kinds.value is None or kinds.value[0] not in LAYER_FABRIC:
@@ -331,7 +331,8 @@ def derive_gpus(out: Derivation, facts_by_node: Mapping[str, Facts]) -> None:
     total = len(nodes)
     out.set("slurm", "gpus_per_node", count.value, f"GPUs nvidia-smi lists {count.share(total)}")
     out.set("expect", "gpus_per_node", count.value, f"GPUs nvidia-smi lists {count.share(total)}")
-    out.set("expect", "gpu_model", model.value, f"nvidia-smi's GPU name {model.share(total)}")
+    if model.value:
+        out.set("expect", "gpu_model", model.value, f"nvidia-smi's GPU name {model.share(total)}")
     if driver.value:
         out.set("expect", "min_driver", str(driver.value),
                 f"nvidia-smi's driver version {driver.share(total)}: newer passes, older fails")
@@ -380,8 +381,9 @@ def derive_memlock(out: Derivation, facts_by_node: Mapping[str, Facts]) -> None:
                   nodes[0])
     record_outliers(out, "ulimit -l", limits, lambda v: f"{v} KiB" if v and v != "unlimited" else str(v))
     value = limits.value
-    if value is None:
-        out.note("expect", f"memlock left out: {section_problem(facts_by_node[nodes[0]], 'memlock')}")
+    if value != "unlimited" and not str(value).isdigit():
+        problem = section_problem(facts_by_node[nodes[0]], "memlock") or f"unreadable limit {value!r}"
+        out.note("expect", f"memlock left out: {problem}")
         return
     shown = "unlimited" if value == "unlimited" else kib_size(int(str(value)))
     low = "" if value == "unlimited" else "; RDMA wants unlimited (a Slurm job may get another limit)"

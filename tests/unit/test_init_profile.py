@@ -220,3 +220,11 @@ def test_a_slower_port_of_the_same_link_layer_is_left_out_too() -> None:
     out = derive({"gpu1": facts("ib-slow")}, {}, "p")
     assert out.data()["network"]["ib_hca"] == [f"mlx5_{i}:1" for i in range(8) if i != 5]
     assert out.notes["network"] == ["mlx5_5:1: InfiniBand 200 Gb/s, unlike the 7 InfiniBand 400 Gb/s ports: left out"]
+
+
+def test_an_unreadable_memlock_is_left_out_with_the_reason() -> None:
+    node = facts("ib-ok")
+    node["memlock"] = {"status": "error", "error": "ValueError: no such limit"}
+    out = derive({"gpu1": node}, {}, "p")
+    assert "memlock" not in out.data()["expect"]
+    assert "memlock left out: ValueError: no such limit" in out.notes["expect"]
