@@ -124,3 +124,18 @@ def test_without_o_the_profile_goes_to_stdout(dev_cluster: Any, tmp_path: Path) 
     assert done.returncode == 0, done.stderr
     assert yaml.safe_load(done.stdout)["network"]["gid_index"] == 3
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_slurm_nodes_agree_and_their_profile_passes_on_both(dev_cluster: Any, tmp_path: Path) -> None:
+    out = tmp_path / "slurm.yaml"
+    done = init(dev_cluster, out, "n1", "--nodes", "n2")
+    assert done.returncode == 0, done.stderr
+    assert "outlier" not in done.stderr
+    data = yaml.safe_load(out.read_text())
+    assert data["nodes"] == "n[1-2]"
+    assert data["network"]["ib_hca"] == ["mlx5_0:1", "mlx5_1:1"]
+    assert data["slurm"]["gpus_per_node"] == data["expect"]["gpus_per_node"] == 4
+    assert "on 2/2 nodes" in out.read_text()
+    report, code = preflight(dev_cluster, out)
+    assert code == 0, report
+    assert report["summary"]["pass"] == 2
