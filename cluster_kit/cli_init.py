@@ -9,15 +9,17 @@ from typing import Any
 
 import click
 
+from cluster_kit.app import App, pass_app
 from cluster_kit.errors import CheckFailed, InputError
 
 
-def probe_nodes(nodes: list[str], settings: Any) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
+def probe_nodes(nodes: list[str], fan_out: Any) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
     """Facts of each node that answered, and (node, problem, fix) for each that did not."""
-    from cluster_kit import remote
+    from cluster_kit.cli_nodes import progress
     from cluster_kit.preflight import build_probe_command, node_findings, probe_source
 
-    results = remote.fan_out(nodes, build_probe_command("python3"), settings, stdin=probe_source().encode())
+    results = fan_out(nodes, build_probe_command("python3"), stdin=probe_source().encode(),
+                      on_result=progress(len(nodes)))
     facts, failed = {}, []
     for result in results:
         _status, findings, node_facts = node_findings(result, {}, deep=False)
@@ -89,7 +91,9 @@ def write_output(path: str, text: str, force: bool) -> None:
               help="ssh_config to resolve the nodes through (default ~/.ssh/config).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the profile here (default: stdout).")
 @click.option("--force", is_flag=True, help="Replace an existing -o file.")
-def init(host: str, nodes_expr: str | None, ssh_config: str | None, output: str | None, force: bool) -> None:
+@pass_app
+def init(app: App, host: str, nodes_expr: str | None, ssh_config: str | None, output: str | None,
+         force: bool) -> None:
     """Probe live nodes over SSH and write the cluster profile they imply."""
     from cluster_kit import remote
     from cluster_kit.init_profile import (
@@ -104,14 +108,14 @@ def init(host: str, nodes_expr: str | None, ssh_config: str | None, output: str 
                          fix="pass --force to replace it, or choose another -o")
     nodes = node_list(host, nodes_expr)
     config_file = os.path.abspath(ssh_config) if ssh_config else None
-    settings = remote.SshSettings(config_file=config_file or "~/.ssh/config")
-    facts, failed = probe_nodes(nodes, settings)
+    ssh = {"config_file": config_file} if config_file else {}
+    facts, failed = probe_nodes(nodes, app.fan_out({"ssh": ssh}))
     for node, problem, fix in failed:
         click.echo(f"clusterkit: {node}: {problem}\n  fix: {fix}", err=True)
     if host not in facts:
         raise CheckFailed(f"{host} could not be probed, so there is nothing to learn from; nothing was written",
                           fix=failed[0][2] if failed else None)
-    endpoint, options = remote.resolve(host, settings)
+    endpoint, options = remote.resolve(host, remote.SshSettings.from_profile(ssh))
     derived = derive(facts, ssh_section(endpoint, options, config_file, host),
                      profile_name(Path(output).stem if output else host))
     command = shlex.join(["clusterkit", "init", "--from-node", host]
