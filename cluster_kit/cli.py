@@ -13,6 +13,7 @@ import click
 from cluster_kit import __version__
 from cluster_kit.app import App, pass_app, render_job
 from cluster_kit.cli_audit import audit
+from cluster_kit.cli_init import init
 from cluster_kit.cli_jobs import bench, cancel, logs, status, submit
 from cluster_kit.cli_nodes import preflight, probe
 from cluster_kit.errors import InputError, ValidationError
@@ -71,6 +72,17 @@ def profiles_show(app: App, name: str) -> None:
     click.echo(yaml.safe_dump(profile.data, sort_keys=False).rstrip())
 
 
+@cli.command("schema")
+@click.argument("kind", type=click.Choice(["profile", "job"]), default="profile")
+def schema_command(kind: str) -> None:
+    """Print the JSON Schema (draft 2020-12) of profiles or job files, for editors."""
+    import json
+
+    from cluster_kit.json_schema import build
+
+    click.echo(json.dumps(build(kind), indent=2))
+
+
 @cli.command()
 @click.argument("job_file", type=click.Path(exists=True, dir_okay=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the script here.")
@@ -88,7 +100,7 @@ def render(app: App, job_file: str, output: str | None) -> None:
         click.echo(script, nl=False)
 
 
-for _command in (submit, status, cancel, logs, bench, preflight, probe, audit):
+for _command in (submit, status, cancel, logs, bench, preflight, probe, audit, init):
     cli.add_command(_command)
 
 

@@ -400,6 +400,37 @@ def probe_net() -> Facts:
                                            if os.path.isdir(os.path.join(base, name))}}
 
 
+def parse_default_route(text: str) -> Facts:
+    """The default route of /proc/net/route: its interface and gateway (lowest metric wins).
+
+    NCCL and Gloo bootstrap over the interface that reaches the other nodes; on a
+    typical node that is the one the default route leaves through.
+    """
+    best = None  # type: Optional[Tuple[int, str, str]]
+    for line in text.splitlines()[1:]:
+        cols = line.split()
+        if len(cols) < 8 or cols[1] != "00000000" or cols[7] != "00000000":
+            continue
+        try:
+            flags, metric, gateway = int(cols[3], 16), int(cols[6]), int(cols[2], 16)
+        except ValueError:
+            continue
+        if flags & 0x1 and (best is None or metric < best[0]):
+            address = socket.inet_ntoa(gateway.to_bytes(4, "little"))
+            best = (metric, cols[0], address)
+    if best is None:
+        return {"status": "ok", "default_interface": None, "default_gateway": None}
+    return {"status": "ok", "default_interface": best[1], "default_gateway": best[2]}
+
+
+def probe_route() -> Facts:
+    """The IPv4 default route from /proc/net/route."""
+    text = read_text(host_path("/proc/net/route"))
+    if text is None:
+        return {"status": "absent", "error": "/proc/net/route is not readable"}
+    return parse_default_route(text)
+
+
 def limit_kib(value: int) -> str:
     """An RLIMIT_MEMLOCK value as `ulimit -l` shows it: KiB or "unlimited"."""
     return "unlimited" if value == resource.RLIM_INFINITY else str(value // 1024)
@@ -486,6 +517,7 @@ def collect(deep_python: Optional[str] = None, env_python: Optional[str] = None)
         "nccl": guarded(probe_nccl, site_python),
         "rdma": guarded(probe_rdma),
         "net": guarded(probe_net),
+        "route": guarded(probe_route),
         "peermem": guarded(probe_peermem),
         "memlock": guarded(probe_memlock),
         "iommu": guarded(probe_iommu),

@@ -32,7 +32,7 @@ from cluster_kit.known_hosts import KnownHosts, describe_key, problem_message
 from cluster_kit.sshconfig import Endpoint, Hop, SshSettings, resolve_endpoint
 
 __all__ = ["HostResult", "SshConnectError", "SshSession", "SshSettings", "fan_out",
-           "open_client", "run"]
+           "open_client", "resolve", "run"]
 
 # paramiko logs every failed handshake at ERROR; without a handler, Python would
 # print those to stderr. clusterkit reports failures itself, one line per host.
@@ -789,6 +789,15 @@ def run(host: str, command: str, settings: SshSettings, stdin: bytes | None = No
     """Run `command` on `host`; stdin (if any) is written, then closed. Never raises
     for the host's failure: it is in the result's `error`."""
     return fan_out([host], command, settings, stdin=stdin)[0]
+
+
+def resolve(host: str, settings: SshSettings) -> tuple[Endpoint, dict]:
+    """How `fan_out` reaches `host` (ssh_config applied) and ssh_config's own options for it."""
+    ctx = _Context(settings)
+    try:
+        return ctx.endpoint(host), dict(ctx.ssh_config.lookup(host))
+    finally:
+        ctx.close()
 
 
 def fan_out(

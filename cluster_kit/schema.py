@@ -26,6 +26,29 @@ if TYPE_CHECKING:  # only a type: render.py imports this module and must not loa
 Check = Callable[[Any], Optional[str]]  # noqa: UP045 - evaluated at runtime on 3.9
 Problem = tuple["KeyPath", str]
 
+# Strings hold no newline or NUL anywhere (the walker refuses them for every scalar).
+ONE_LINE = r"^[^\n\u0000]*$"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A check together with the JSON Schema that says the same, for editors.
+
+    `json_schema.py` builds `clusterkit schema` from these fragments, so the
+    schema an editor sees and the validator are one definition.
+    """
+
+    check: Check
+    json: dict[str, Any]
+
+    def __call__(self, value: Any) -> str | None:
+        return self.check(value)
+
+
+def _anycase(word: str) -> str:
+    """A regex matching `word` in any case ("unlimited" -> "[Uu][Nn]...")."""
+    return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else re.escape(c) for c in word)
+
 
 # --------------------------------------------------------------------------- spec nodes
 
@@ -112,7 +135,8 @@ def integer(lo: int | None = None, hi: int | None = None) -> Check:
         if lo is not None and value < lo:
             return f"{value} is too small; use {lo} or more"
         return None
-    return check
+    return Rule(check, {"type": "integer", **({"minimum": lo} if lo is not None else {}),
+                        **({"maximum": hi} if hi is not None else {})})
 
 
 def positive_int() -> Check:
@@ -128,7 +152,8 @@ def gpus() -> Check:
         if isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9_.-]+:[1-9]\d*", value):
             return None
         return f"{_shown(value)} is not a GPU count; use a number such as 8, or type:count such as h100:8"
-    return check
+    return Rule(check, {"anyOf": [{"type": "integer", "minimum": 1},
+                                  {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+:[1-9][0-9]*$"}]})
 
 
 def gpu_count(value: Any) -> int:
@@ -144,14 +169,14 @@ def positive_number() -> Check:
         if value <= 0:
             return f"{value} must be greater than 0"
         return None
-    return check
+    return Rule(check, {"type": "number", "exclusiveMinimum": 0})
 
 
 def boolean() -> Check:
     """true or false."""
     def check(value: Any) -> str | None:
         return None if isinstance(value, bool) else f"expected true or false, got {_got(value)}"
-    return check
+    return Rule(check, {"type": "boolean"})
 
 
 def one_of(*choices: str, ignore_case: bool = False) -> Check:
@@ -162,7 +187,14 @@ def one_of(*choices: str, ignore_case: bool = False) -> Check:
         if ignore_case and isinstance(value, str) and value.upper() in choices:
             return None
         return f"{_shown(value)} is not one of {' | '.join(choices)}"
-    return check
+    return Rule(check, _choices_json(choices, ignore_case))
+
+
+def _choices_json(choices: tuple[str, ...], ignore_case: bool) -> dict[str, Any]:
+    if not ignore_case:
+        return {"enum": list(choices)}
+    return {"anyOf": [{"enum": list(choices)},
+                      {"type": "string", "pattern": "^(?:" + "|".join(_anycase(c) for c in choices) + ")$"}]}
 
 
 def text() -> Check:
@@ -172,7 +204,7 @@ def text() -> Check:
             return None
         return "expected a non-empty string" if isinstance(value, str) \
             else f"expected a string, got {_got(value)}"
-    return check
+    return Rule(check, {"type": "string", "pattern": r"^[^\n\u0000]*\S[^\n\u0000]*$"})
 
 
 @dataclass(frozen=True)
@@ -189,6 +221,10 @@ class Charset:
             return None
         shown = ", ".join(repr(ch) for ch in bad)
         return f"{value!r} contains {shown}, which {what} must not carry; use {self.allowed}"
+
+    def json_pattern(self) -> str:
+        """The JSON Schema pattern of a non-empty string within the set."""
+        return "^" + self.pattern + "+$"
 
 
 SBATCH_WHAT = "an #SBATCH line"
@@ -207,7 +243,7 @@ def safe_string(chars: Charset, what: str = SBATCH_WHAT) -> Check:
     def check(value: Any) -> str | None:
         problem = text()(value)
         return problem or chars.check(value, what)
-    return check
+    return Rule(check, {"type": "string", "pattern": chars.json_pattern()})
 
 
 def sbatch_text(chars: Charset) -> Check:
@@ -216,7 +252,7 @@ def sbatch_text(chars: Charset) -> Check:
 
     def check(value: Any) -> str | None:
         return check_text(str(value) if _is_number(value) else value)
-    return check
+    return Rule(check, {"anyOf": [{"type": "number"}, {"type": "string", "pattern": chars.json_pattern()}]})
 
 
 _TIME_FORMS = [
@@ -240,7 +276,8 @@ def slurm_time() -> Check:
             return None
         return (f"{_shown(value)} is not a Slurm time limit; use minutes, MM:SS, HH:MM:SS, D-HH, "
                 "D-HH:MM, D-HH:MM:SS or UNLIMITED (quoted, e.g. \"04:00:00\")")
-    return check
+    return Rule(check, {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": (
+        "^(?:" + "|".join(_TIME_FORMS + [_anycase("unlimited"), _anycase("infinite")]) + ")$")}]})
 
 
 _SIZE_RE = re.compile(r"\d+[KMGT]?", re.IGNORECASE)
@@ -252,7 +289,8 @@ def slurm_memory() -> Check:
         if (_is_int(value) and value >= 0) or (isinstance(value, str) and _SIZE_RE.fullmatch(value)):
             return None
         return f"{_shown(value)} is not a memory size; use megabytes (e.g. 0 or 16000) or 500M, 64G, 1T"
-    return check
+    return Rule(check, {"anyOf": [{"type": "integer", "minimum": 0},
+                                  {"type": "string", "pattern": r"^[0-9]+[KMGTkmgt]?$"}]})
 
 
 def memlock() -> Check:
@@ -263,7 +301,8 @@ def memlock() -> Check:
         if isinstance(value, str) and (value.lower() == "unlimited" or _SIZE_RE.fullmatch(value)):
             return None
         return f"{_shown(value)} is not a memlock limit; use unlimited or a size such as 1024K, 8M, 64G"
-    return check
+    return Rule(check, {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": (
+        r"^(?:[0-9]+[KMGTkmgt]?|" + _anycase("unlimited") + ")$")}]})
 
 
 def exclusive() -> Check:
@@ -272,7 +311,7 @@ def exclusive() -> Check:
         if isinstance(value, bool) or value in ("user", "mcs", "topo"):
             return None
         return f"{value!r} is not valid; use true, false, user, mcs or topo"
-    return check
+    return Rule(check, {"anyOf": [{"type": "boolean"}, {"enum": ["user", "mcs", "topo"]}]})
 
 
 def dotted_version() -> Check:
@@ -284,7 +323,12 @@ def dotted_version() -> Check:
         if _is_int(value) or (isinstance(value, str) and re.fullmatch(r"\d+(\.\d+)*", value)):
             return None
         return f"{_shown(value)} is not a dotted version; use e.g. \"535.104.05\""
-    return check
+    return Rule(check, {"anyOf": [{"type": "integer"}, {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)*$"}]})
+
+
+# One or more `OP version` clauses, comma-separated (PEP 440); packaging has the last word.
+_PEP440_CLAUSE = r"\s*(?:~=|===|==|!=|<=|>=|<|>)\s*[A-Za-z0-9_.*+!-]+\s*"
+PEP440_JSON_PATTERN = f"^(?:\\s*|{_PEP440_CLAUSE}(?:,{_PEP440_CLAUSE})*)$"
 
 
 def pep440_specifier() -> Check:
@@ -298,7 +342,7 @@ def pep440_specifier() -> Check:
         except InvalidSpecifier:
             return f"{value!r} is not a version specifier; use e.g. \">=2.18\" or \">=2.18,<3\""
         return None
-    return check
+    return Rule(check, {"type": "string", "pattern": PEP440_JSON_PATTERN})
 
 
 _HCA_RE = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*(?::[1-9]\d*)?")
@@ -310,7 +354,7 @@ def ib_hca() -> Check:
         if isinstance(value, str) and _HCA_RE.fullmatch(value):
             return None
         return f"{_shown(value)} is not an HCA; use a device name with an optional port, e.g. mlx5_0:1"
-    return check
+    return Rule(check, {"type": "string", "pattern": r"^[A-Za-z][A-Za-z0-9_.-]*(?::[1-9][0-9]*)?$"})
 
 
 def hostlist() -> Check:
@@ -328,7 +372,7 @@ def hostlist() -> Check:
         except ValueError as exc:
             return f"{value!r} is not a Slurm hostlist ({exc}); use e.g. gpu[001-064]"
         return None
-    return check
+    return Rule(check, {"type": "string", "pattern": r"^[A-Za-z0-9_.,\[\]-]+$"})
 
 
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -341,7 +385,7 @@ def env_name() -> Check:
             return None
         return (f"{key!r} is not a valid environment variable name; "
                 "use letters, digits and _, not starting with a digit")
-    return check
+    return Rule(check, {"pattern": "^" + ENV_NAME_RE.pattern + "$"})
 
 
 def env_value() -> Check:
@@ -353,7 +397,7 @@ def env_value() -> Check:
             word = str(value).lower()
             return f"{word} is a YAML boolean; quote it (\"{word}\") or write 1 / 0"
         return f"expected a string or a number, got {_got(value)}"
-    return check
+    return Rule(check, {"type": ["string", "number"], "pattern": ONE_LINE})
 
 
 def arg() -> Check:
@@ -429,7 +473,7 @@ def nccl_name() -> Check:
         hint = f"; did you mean '{close[0]}'?" if close else \
             "; see the Environment Variables page of the NCCL documentation"
         return f"{key!r} is not a known NCCL variable{hint}"
-    return check
+    return Rule(check, {"enum": sorted(NCCL_VARIABLES - set(NCCL_OWNED))})
 
 
 def nccl_value() -> Check:
@@ -494,7 +538,18 @@ def sbatch_option_name() -> Check:
         close = difflib.get_close_matches(option, sorted(SBATCH_OPTIONS), n=1, cutoff=0.75)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         return f"{key!r} is not an sbatch option{hint}"
-    return check
+    return Rule(check, {"enum": allowed_sbatch_keys()})
+
+
+def allowed_sbatch_keys() -> list[str]:
+    """Every key `sbatch_option_name` accepts: options not set elsewhere, _ and - spellings."""
+    keys = []
+    for option in sorted(SBATCH_OPTIONS):
+        underscored = option.replace("-", "_")
+        if underscored in SLURM_NAMED or option in SBATCH_MANAGED:
+            continue
+        keys += [underscored] + ([option] if option != underscored else [])
+    return keys
 
 
 def sbatch_value() -> Check:
@@ -503,7 +558,8 @@ def sbatch_value() -> Check:
         if isinstance(value, bool) or _is_number(value):
             return None
         return safe_string(SBATCH_VALUE_CHARS)(value)
-    return check
+    return Rule(check, {"anyOf": [{"type": ["boolean", "number"]},
+                                  {"type": "string", "pattern": SBATCH_VALUE_CHARS.json_pattern()}]})
 
 
 # --------------------------------------------------------------------------- the specs
@@ -744,3 +800,99 @@ def _default_inside(value: Any, spec: Spec) -> Any:
     if isinstance(spec, Section) and isinstance(value, dict):
         return with_defaults(value, spec)
     return value
+
+
+# --------------------------------------------------------------------------- descriptions
+
+# What each key means, for `clusterkit schema` (editors show these on hover).
+# Profile keys by dotted path; job keys as "job.<path>". `login.*` falls back to
+# `ssh.*`, the job's `nccl.*` to `network.*` and its `slurm.*` to the profile's.
+DESCRIPTIONS: dict[str, str] = {
+    "": "A clusterkit cluster profile: how to reach the cluster and what its nodes must look like.",
+    "name": "Profile name; defaults to the file name.",
+    "extends": "A parent profile (name on the search path or path to a .yaml), deep-merged; the child wins.",
+    "login": "Where sbatch/squeue run, over SSH; absent = run them locally.",
+    "login.host": "The login host, resolved through ssh_config as OpenSSH does.",
+    "ssh": "How preflight and audit reach the compute nodes.",
+    "ssh.user": "User name; unset: ssh_config's User, then the local user.",
+    "ssh.port": "SSH port; unset: ssh_config's Port, then 22.",
+    "ssh.identity_file": "Private key file, tried before ssh_config's IdentityFile and ssh-agent.",
+    "ssh.proxy_jump": "Jump host(s) as OpenSSH ProxyJump: [user@]host[:port], comma-separated.",
+    "ssh.config_file": "The ssh_config host names resolve through; unset: ~/.ssh/config.",
+    "ssh.known_hosts": "known_hosts file; unset: ssh_config's UserKnownHostsFile, then OpenSSH's files.",
+    "ssh.host_key_policy": "strict: unknown host keys are refused; accept-new: recorded on first use. Never silently trusted.",
+    "ssh.connect_timeout": "Seconds to connect and authenticate (a lower ssh_config ConnectTimeout wins).",
+    "ssh.command_timeout": "Seconds the probe may run per node.",
+    "ssh.fanout": "Concurrent SSH connections.",
+    "nodes": "Slurm hostlist of the compute nodes, e.g. gpu[001-064]; absent: `sinfo -p <partition>`.",
+    "slurm": "sbatch options of every job; any other sbatch long option may be given too (without --).",
+    "slurm.partition": "--partition.",
+    "slurm.nodelist": "--nodelist: nodes the job must get (Slurm hostlist).",
+    "slurm.exclude": "--exclude: nodes the job must not get; submit adds failing ones.",
+    "slurm.account": "--account.",
+    "slurm.qos": "--qos.",
+    "slurm.constraint": "--constraint (node features joined with & | , ...).",
+    "slurm.gpus_per_node": "--gpus-per-node: a count, or type:count such as h100:8.",
+    "slurm.ntasks_per_node": "--ntasks-per-node; default: gpus_per_node with srun, 1 with torchrun.",
+    "slurm.cpus_per_task": "--cpus-per-task.",
+    "slurm.mem": "--mem: megabytes, or a size such as 500M, 64G (0 = all of the node's memory).",
+    "slurm.time": "--time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED (quote it).",
+    "slurm.exclusive": "--exclusive: true, false, user, mcs or topo.",
+    "slurm.sbatch": "Any other sbatch long option, without the leading --; true = a bare flag.",
+    "network": "The NCCL network settings the job script exports.",
+    "network.fabric": "infiniband | roce | ethernet (ethernet sets NCCL_IB_DISABLE=1 and skips RDMA checks).",
+    "network.ib_hca": "HCA ports NCCL uses, e.g. [mlx5_0:1, mlx5_3:1] -> NCCL_IB_HCA==mlx5_0:1,mlx5_3:1 (exact match).",
+    "network.gid_index": "NCCL_IB_GID_INDEX; on RoCE the RoCE v2 GID holding the IPv4-mapped address.",
+    "network.ib_timeout": "NCCL_IB_TIMEOUT (0-31).",
+    "network.socket_ifname": "NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME: prefixes, ^ to exclude, = for exact names.",
+    "network.nccl_env": "More NCCL_* variables; names are checked against NCCL's documented list.",
+    "environment": "What the job script sets up before training.",
+    "environment.modules": "`module load` lines.",
+    "environment.setup": "Shell lines run before training, e.g. activating a virtual environment.",
+    "environment.python": "Interpreter with torch on the nodes.",
+    "environment.env": "Environment variables exported to the training processes.",
+    "expect": "Preflight thresholds: what every node must have.",
+    "expect.gpus_per_node": "GPUs nvidia-smi must list (gpu.count).",
+    "expect.gpu_model": "Substring of every GPU's name, case-insensitive (gpu.model).",
+    "expect.min_driver": "Lowest NVIDIA driver version, quoted (gpu.driver).",
+    "expect.nccl": "PEP 440 specifier the loadable libnccl must meet, e.g. \">=2.18\" (nccl.library).",
+    "expect.ib_rate_gbps": "Lowest link rate of the listed ports in Gb/s (rdma.link_rate).",
+    "expect.peermem": "nvidia_peermem or nv_peer_mem must be loaded (rdma.peermem).",
+    "expect.memlock": "Lowest RLIMIT_MEMLOCK: unlimited or a size such as 8M, 64G; a bare number is KiB (sys.memlock).",
+    "expect.allreduce_busbw_gbps": "`bench allreduce` fails below this bus bandwidth (GB/s, large messages).",
+    "job": "A clusterkit job file: what to run, on which profile.",
+    "job.name": "Job name (--job-name); defaults to the file name.",
+    "job.profile": "Cluster profile: a name on the search path, or a path to a .yaml.",
+    "job.nodes": "Number of nodes.",
+    "job.gpus_per_node": "GPUs per node; overrides the profile's slurm.gpus_per_node.",
+    "job.time": "Time limit; overrides the profile's slurm.time.",
+    "job.launcher": "srun (one task per GPU) | torchrun (one task per node).",
+    "job.script": "The training script, relative to workdir (else to this file's folder).",
+    "job.args": "The script's arguments.",
+    "job.workdir": "Working directory of the job (--chdir).",
+    "job.output": "Output file (--output), e.g. logs/%x-%j.out.",
+    "job.env": "Environment variables, merged over the profile's environment.env.",
+    "job.nccl": "Overrides of the profile's network keys, plus debug (NCCL_DEBUG).",
+    "job.nccl.debug": "NCCL_DEBUG: VERSION, WARN, INFO or TRACE.",
+    "job.preflight": "Check every allocated node inside the job before training starts.",
+    "job.cuda_graphs": "The example trainer captures the DDP step in a CUDA graph.",
+    "job.template": "Built-in template name or path to a .j2 file.",
+    "job.master_port": "MASTER_PORT; unset: derived from the job id in a fixed high range.",
+    "job.slurm": "Per-job sbatch overrides, same rules as the profile's slurm.",
+}
+
+
+def describe(kind: str, path: str) -> str | None:
+    """The description of a key path of a profile or job ("job"), with the fallbacks above."""
+    if kind == "job":
+        head, _, rest = path.partition(".")
+        candidates = ["job." + path if path else "job"]
+        if head == "nccl" and rest:
+            candidates.append("network." + rest)
+        elif head == "slurm" and rest:
+            candidates.append(path)
+    else:
+        candidates = [path]
+        if path.startswith("login."):
+            candidates.append("ssh." + path[len("login."):])
+    return next((DESCRIPTIONS[c] for c in candidates if c in DESCRIPTIONS), None)

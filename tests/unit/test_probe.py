@@ -105,6 +105,14 @@ class Iface:
     pci: str | None = "0000:01:00.0"
 
 
+# /proc/net/route of a node whose default route leaves through eth0 via 10.0.0.1.
+DEFAULT_ROUTE = (
+    "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
+    "eth0\t00000000\t0100000A\t0003\t0\t0\t100\t00000000\t0\t0\t0\n"
+    "eth0\t0000000A\t00000000\t0001\t0\t0\t100\t0000FFFF\t0\t0\t0\n"
+)
+
+
 @dataclass
 class Node:
     """Everything a fake node shows the probe."""
@@ -118,6 +126,7 @@ class Node:
     cmdline: str = "BOOT_IMAGE=/vmlinuz-5.15.0-105-generic root=/dev/nvme0n1p2 ro iommu=pt intel_iommu=on"
     iommu_groups: int = 12
     os_release: str = 'PRETTY_NAME="Ubuntu 22.04.4 LTS"\nNAME="Ubuntu"\nVERSION_ID="22.04"\nID=ubuntu\n'
+    route: str | None = DEFAULT_ROUTE     # /proc/net/route; None: the file is missing
 
 
 # ---------------------------------------------------------------- scenarios
@@ -205,8 +214,21 @@ def ib_nohca() -> Node:
     return node
 
 
+def ib_storage() -> Node:
+    """ib_ok plus mlx5_8: a 200 Gb/s Ethernet (RoCE) port of the storage network."""
+    node = ib_ok()
+    assert node.hcas is not None
+    storage = roce_hca(8, "0a08:0001")
+    storage.ports["1"].rate = "200 Gb/sec (4X HDR)"
+    node.hcas.append(storage)
+    node.interfaces[storage.netdevs[0]] = Iface(mtu="9000", speed="200000", pci=storage.pci,
+                                                address="0a:5c:2e:08:4a:10")
+    return node
+
+
 SCENARIOS = {
     "ib-ok": ib_ok,
+    "ib-storage": ib_storage,
     "ib-portdown": lambda: ib_with(3, state="1: DOWN", phys_state="2: Polling", rate="10 Gb/sec (4X SDR)"),
     "ib-disabled": lambda: ib_with(3, state="1: DOWN", phys_state="3: Disabled", rate="10 Gb/sec (4X SDR)"),
     "ib-init": lambda: ib_with(2, state="2: INIT", phys_state="5: LinkUp"),
@@ -312,6 +334,8 @@ def build_node(root: Path, node: Node) -> None:
     """The whole fake node under `root`."""
     write(root / "etc/os-release", node.os_release.rstrip("\n"))
     write(root / "proc/cmdline", node.cmdline)
+    if node.route is not None:
+        write(root / "proc/net/route", node.route)
     write(root / "proc/modules", "\n".join(f"{m} 16384 0 - Live 0x0000000000000000" for m in node.proc_modules))
     for module in node.sys_modules:
         write(root / "sys/module" / module / "initstate", "live")
@@ -593,3 +617,15 @@ def test_probe_is_python36_compatible_per_vermin() -> None:
     result = subprocess.run([str(vermin), "-q", "-t=3.6-", "--no-tips", "--violations", str(PROBE)],
                             check=False, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_default_route_comes_from_proc_net_route(tmp_path: Path) -> None:
+    assert probe_scenario(tmp_path, "ib-ok")["route"] == {
+        "status": "ok", "default_interface": "eth0", "default_gateway": "10.0.0.1"}
+
+
+def test_no_proc_net_route_is_absent(tmp_path: Path) -> None:
+    node = SCENARIOS["ib-ok"]()
+    node.route = None
+    build_node(tmp_path / "node", node)
+    assert run_probe(tmp_path / "node")["route"] == {"status": "absent", "error": "/proc/net/route is not readable"}
