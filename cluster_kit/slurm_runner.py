@@ -121,7 +121,7 @@ class LoginRunner:
         data = stdin.encode() if stdin is not None else None
         result = self._connected(argv[0]).run(shlex.join(argv), stdin=data)
         if result.error is not None or result.exit_status is None:
-            raise self._refusal(argv[0], result.error or "no exit status")
+            raise self._refusal(argv[0], result.error or "no exit status", result.fix)
         if result.exit_status == 127 and "not found" in result.stderr:
             raise ClusterRefused(f"{argv[0]} not found on {self.host}",
                                  fix="set login.host to a node with Slurm's client commands")
@@ -144,13 +144,13 @@ class LoginRunner:
             try:
                 self._session = opened.enter_context(remote.open_client(self.host, self._ssh_settings()))
             except remote.SshConnectError as exc:
-                raise self._refusal(program, exc.reason) from None
+                raise self._refusal(program, exc.reason, exc.known_fix) from None
             self._opened = opened
         return self._session
 
-    def _refusal(self, program: str, reason: str) -> ClusterRefused:
+    def _refusal(self, program: str, reason: str, fix: str | None = None) -> ClusterRefused:
         return ClusterRefused(f"cannot run {program} on {self.host}: {reason}",
-                              fix=f"check that `ssh {self.host}` works with the profile's login settings")
+                              fix=fix or f"check that `ssh {self.host}` works with the profile's login settings")
 
     def _ssh_settings(self) -> Any:
         if self.settings is None:
