@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -63,12 +64,32 @@ def profiles_list(app: App) -> None:
 @click.argument("name")
 @pass_app
 def profiles_show(app: App, name: str) -> None:
-    """Print one profile fully resolved (extends merged, defaults applied)."""
+    """Print one profile fully resolved (extends merged, defaults applied).
+
+    Unset keys are left out, so what is printed is itself a valid profile.
+    """
     import yaml
+
+    from cluster_kit.config import without_unset
 
     profile = app.profile(name)
     click.echo(f"# {profile.path}")
-    click.echo(yaml.safe_dump(profile.data, sort_keys=False).rstrip())
+    click.echo(yaml.dump(without_unset(profile.data), Dumper=_profile_dumper(), sort_keys=False).rstrip())
+
+
+def _quote_colons(dumper: Any, value: str) -> Any:
+    """Strings with a colon are quoted ("04:00:00"): plain YAML 1.1 reads some of them as numbers."""
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style='"' if ":" in value else None)
+
+
+def _profile_dumper() -> Any:
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    Dumper.add_representer(str, _quote_colons)
+    return Dumper
 
 
 @cli.command()

@@ -282,6 +282,17 @@ def _build_profile(chain: list[YamlDoc]) -> Profile:
                    chain=[doc.path for doc in chain], origins=_origins(chain, merged))
 
 
+def without_unset(value: Any) -> Any:
+    """`value` without None and empty mappings or lists, at any depth: a profile as
+    `profiles show` prints it, whose unset keys validate only by being absent."""
+    if isinstance(value, Mapping):
+        kept = {key: without_unset(item) for key, item in value.items()}
+        return {key: item for key, item in kept.items() if item is not None and item != {} and item != []}
+    if isinstance(value, list):
+        return [without_unset(item) for item in value]
+    return value
+
+
 def deep_merge(parent: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any]:
     """Mappings merge key by key, child wins; lists and scalars are replaced whole."""
     out = dict(parent)
