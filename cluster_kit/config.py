@@ -172,8 +172,8 @@ class Problems:
             self.add(doc.path, doc.line(key_path), message)
 
     def add_yaml_error(self, exc: YamlError) -> None:
-        """A file that could not be loaded at all."""
-        self.add(exc.path, exc.line, exc.problem)
+        """A file that could not be loaded at all: the problem and its fix on one line."""
+        self.add(exc.path, exc.line, f"{exc.problem}; {exc.fix}" if exc.fix else exc.problem)
 
     def count(self) -> int:
         """How many problems so far."""

@@ -59,3 +59,18 @@ def test_what_profiles_show_prints_is_a_valid_profile_with_the_same_settings(wor
 def test_the_dev_nodes_profile_ships() -> None:
     assert "dev-nodes" in BUILTIN_PROFILES and "local-dev" in BUILTIN_PROFILES
     assert os.path.basename(str(builtin_dir("profiles"))) == "profiles"
+
+
+# ---------------------------------------------------------------- YAML slips
+
+
+@pytest.mark.parametrize("command", ["validate", "render"])
+def test_bad_indentation_prints_a_hint_beyond_pyyamls_words(work: Path, command: str) -> None:
+    job = write(work / "job.yaml", "profile: local-dev\nscript: t.py\nslurm:\n    partition: debug\n"
+                                   "  time: \"00:01:00\"\n")
+    done = ck(command, str(job))
+    assert done.exit_code == 2 and done.stdout == ""
+    assert done.stderr == (f"{job}:5: expected <block end>, but found '<block mapping start>' (while parsing "
+                           "a block mapping started on line 1); line 5 (`time:`) is indented 2 spaces, which "
+                           "lines up with no key above it: indent it 4 spaces like `partition:` on line 4 "
+                           "or 0 spaces like `slurm:` on line 3\n")
