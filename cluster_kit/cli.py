@@ -33,15 +33,31 @@ def cli(ctx: click.Context, profile_path: tuple[str, ...], verbose: bool) -> Non
 
 @cli.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--offline", is_flag=True,
+              help="Touch no cluster: a job's script on the login host is not looked for.")
 @pass_app
-def validate(app: App, files: tuple[str, ...]) -> None:
-    """Check profiles and job files; print every problem as FILE:LINE: message."""
+def validate(app: App, files: tuple[str, ...], offline: bool) -> None:
+    """Check profiles and job files; print every problem as FILE:LINE: message.
+
+    A job file's script must exist (on the login host, over SSH, when its profile
+    has one) and its template must render.
+    """
     from cluster_kit.config import validate_files
 
-    problems = validate_files([Path(f) for f in files], app.search)
+    problems = validate_files([Path(f) for f in files], app.search,
+                              check_job=lambda job: checked_offline(app, job, offline))
     if problems:
         raise ValidationError(problems)
     click.echo(f"{len(files)} file(s) valid")
+
+
+def checked_offline(app: App, job: Any, offline: bool) -> list[tuple[str, str]]:
+    """app.job_problems, saying on stderr which script --offline left unchecked."""
+    host = (job.profile.data.get("login") or {}).get("host")
+    if offline and host:
+        click.echo(f"clusterkit: note: {job.where('script')}: script {job.data['script']} not looked "
+                   f"for on {host} (--offline)", err=True)
+    return app.job_problems(job, offline)
 
 
 @cli.group()
@@ -98,7 +114,7 @@ def _profile_dumper() -> Any:
 @pass_app
 def render(app: App, job_file: str, output: str | None) -> None:
     """Print (or write) the sbatch script of JOB_FILE; touches no cluster."""
-    script = render_job(app, app.job(job_file))
+    script = render_job(app, app.checked_job(job_file, offline=True))
     if output:
         try:
             Path(output).write_text(script)

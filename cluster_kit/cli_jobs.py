@@ -113,7 +113,7 @@ def submit(app: App, job_file: str, dry_run: bool, test_only: bool, no_preflight
     """Preflight, render and sbatch JOB_FILE; print the job id."""
     from cluster_kit import slurm_runner
 
-    job = app.job(job_file)
+    job = app.checked_job(job_file, offline=dry_run)
     script = render_job(app, job)
     if not (dry_run or no_preflight):
         nodes = select_nodes(app, job.profile, None)

@@ -264,7 +264,7 @@ def test_effective_settings(search: SearchPath) -> None:
         "gpus_per_node": 8,
         "ntasks_per_node": 8,
         "launcher": "srun",
-        "script": "train.py",
+        "script": str(DATA / "train.py"),  # no workdir: relative to the job file's folder
         "args": [],
         "workdir": None,
         "output": None,
