@@ -53,10 +53,18 @@ class App:
         return jobscript.check(job.data["script"], job.data["workdir"], job.path, exists, host)
 
     def _exists_on_login(self, profile_data: dict[str, Any]) -> Any:
-        from cluster_kit import jobscript
+        from cluster_kit import jobscript, slurm_runner
 
         runner = self.runner(profile_data)
-        return lambda path: runner.run(jobscript.build_exists_command(path)).returncode == 0
+
+        def exists(path: str) -> bool:
+            try:
+                return bool(runner.run(jobscript.build_exists_command(path)).returncode == 0)
+            except slurm_runner.LoginRefused as exc:
+                raise slurm_runner.LoginRefused(
+                    f"cannot look for the job's script {path} on {runner.host}: {exc.reason}", exc.reason,
+                    fix=f"{exc.fix}; or skip this look-up with `clusterkit validate --offline`") from None
+        return exists
 
     def job_problems(self, job: Any, offline: bool = False) -> list[tuple[str, str]]:
         """What `validate` finds beyond the files: a missing script, a template that

@@ -93,6 +93,14 @@ class LocalRunner:
         return Completed(argv, proc.returncode, proc.stdout, proc.stderr)
 
 
+class LoginRefused(ClusterRefused):
+    """The login host could not run a command: SSH failed (`reason` says how)."""
+
+    def __init__(self, message: str, reason: str, fix: str | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.reason = reason
+
+
 class LoginRunner:
     """Runs Slurm's commands on the profile's `login.host` over SSH.
 
@@ -148,9 +156,9 @@ class LoginRunner:
             self._opened = opened
         return self._session
 
-    def _refusal(self, program: str, reason: str, fix: str | None = None) -> ClusterRefused:
-        return ClusterRefused(f"cannot run {program} on {self.host}: {reason}",
-                              fix=fix or f"check that `ssh {self.host}` works with the profile's login settings")
+    def _refusal(self, program: str, reason: str, fix: str | None = None) -> LoginRefused:
+        return LoginRefused(f"cannot run {program} on {self.host}: {reason}", reason,
+                            fix=fix or f"check that `ssh {self.host}` works with the profile's login settings")
 
     def _ssh_settings(self) -> Any:
         if self.settings is None:

@@ -74,3 +74,134 @@ def test_bad_indentation_prints_a_hint_beyond_pyyamls_words(work: Path, command:
                            "a block mapping started on line 1); line 5 (`time:`) is indented 2 spaces, which "
                            "lines up with no key above it: indent it 4 spaces like `partition:` on line 4 "
                            "or 0 spaces like `slurm:` on line 3\n")
+
+
+# ---------------------------------------------------------------- the job's script
+
+
+JOB = "name: t\nprofile: local-dev\nnodes: 1\nscript: train.py\n"
+
+
+@pytest.mark.parametrize("command", ["validate", "render", "submit"])
+def test_a_missing_script_is_named_at_its_line_with_where_it_looked(work: Path, command: str) -> None:
+    job = write(work / "jobs" / "job.yaml", JOB)
+    write(work / "train.py", "print('in the wrong folder')\n")  # cwd is not where it is looked for
+    done = ck(command, str(job))
+    assert done.exit_code == 2 and done.stdout == ""
+    assert done.stderr == (f"{job}:4: script: no file {work}/jobs/train.py (without a workdir a relative "
+                           f"script starts at the job file's folder, {work}/jobs); check the name, or set "
+                           "workdir: to the folder that holds it\n")
+
+
+def test_the_script_next_to_the_job_file_passes_and_is_what_the_job_runs(work: Path) -> None:
+    job = write(work / "jobs" / "job.yaml", JOB)
+    write(work / "jobs" / "train.py", "print('here')\n")
+    assert ck("validate", str(job)).exit_code == 0
+    rendered = ck("render", str(job))
+    assert rendered.exit_code == 0, rendered.stderr
+    assert f" {work}/jobs/train.py\n" in rendered.stdout  # the path checked is the path run
+
+
+def test_under_a_workdir_the_script_is_looked_for_there_and_run_as_written(work: Path) -> None:
+    job = write(work / "job.yaml", JOB + f"workdir: {work}/run1\n")
+    missing = ck("validate", str(job))
+    assert missing.exit_code == 2
+    assert missing.stderr == (f"{job}:4: script: no file {work}/run1/train.py (workdir {work}/run1 + "
+                              "train.py); check the name, or put train.py into the workdir\n")
+    write(work / "run1" / "train.py", "print('here')\n")
+    assert ck("validate", str(job)).exit_code == 0
+    rendered = ck("render", str(job)).stdout
+    assert f"#SBATCH --chdir={work}/run1\n" in rendered and " train.py\n" in rendered
+
+
+def test_an_absolute_script_and_a_tilde_script(work: Path) -> None:
+    job = write(work / "job.yaml", "profile: local-dev\nscript: /nonexistent/train.py\n")
+    assert ck("validate", str(job)).stderr == f"{job}:2: script: no file /nonexistent/train.py; check the path\n"
+    job = write(work / "job.yaml", "profile: local-dev\nscript: ~/train.py\n")
+    err = ck("validate", str(job)).stderr
+    assert err.startswith(f"{job}:2: script: '~/train.py' starts with ~, which the job does not expand")
+
+
+def test_offline_validate_skips_only_the_login_hosts_script(work: Path) -> None:
+    # ib-ndr has login01, which does not resolve here: --offline never contacts it
+    job = write(work / "job.yaml", "profile: ib-ndr\nscript: train.py\n")
+    done = ck("validate", "--offline", str(job))
+    assert done.exit_code == 0, done.stderr
+    assert done.stderr == f"clusterkit: note: {job}:2: script train.py not looked for on login01 (--offline)\n"
+
+
+def test_validate_without_offline_looks_on_the_login_host(work: Path) -> None:
+    # nothing listens on port 1: the look-up is refused at once
+    write(work / "far.yaml", "login: {host: 127.0.0.1, port: 1, connect_timeout: 2}\nslurm: {partition: gpu}\n")
+    job = write(work / "job.yaml", "profile: ./far.yaml\nscript: train.py\n")
+    done = ck("validate", str(job))
+    assert done.exit_code == 3  # the cluster (its login host) could not be asked
+    assert done.stderr.startswith(f"clusterkit: error: cannot look for the job's script {work}/train.py on "
+                                  "127.0.0.1: connection refused"), done.stderr
+    assert "validate --offline" in done.stderr
+    assert ck("validate", "--offline", str(job)).exit_code == 0
+
+
+# ---------------------------------------------------------------- validate refuses what render refuses
+
+
+def test_an_unknown_template_is_refused_by_validate_at_its_line(work: Path) -> None:
+    write(work / "train.py", "")
+    job = write(work / "job.yaml", "profile: local-dev\nscript: train.py\ntemplate: dpp\n")
+    for command in ("validate", "render"):
+        done = ck(command, str(job))
+        assert done.exit_code == 2
+        assert done.stderr.startswith(f"{job}:3: template: no template 'dpp' on the search path; "
+                                      "did you mean 'ddp'? (looked in: "), done.stderr
+        assert done.stderr.count("\n") == 1
+
+
+def test_a_relative_template_path_starts_at_the_job_file(work: Path) -> None:
+    write(work / "jobs" / "train.py", "")
+    write(work / "jobs" / "mine.j2", "#!/bin/bash\n#SBATCH --job-name={{ settings.name }}\necho mine\n")
+    job = write(work / "jobs" / "job.yaml", "profile: local-dev\nscript: train.py\ntemplate: ./mine.j2\n")
+    assert ck("validate", str(job)).exit_code == 0
+    rendered = ck("render", str(job))  # cwd is work/, not work/jobs/
+    assert rendered.exit_code == 0 and rendered.stdout.endswith("echo mine\n"), rendered.stderr
+    gone = write(work / "jobs" / "gone.yaml", "profile: local-dev\nscript: train.py\ntemplate: ./gone.j2\n")
+    err = ck("validate", str(gone)).stderr
+    assert err.startswith(f"{gone}:3: template: no template file {work}/jobs/gone.j2 (a relative path "
+                          f"starts at {work}/jobs, the folder of the file naming it)"), err
+
+
+def test_a_template_that_fails_to_render_fails_validate(work: Path) -> None:
+    write(work / "train.py", "")
+    write(work / "broken.j2", "#!/bin/bash\n{{ settings.no_such_key }}\n")
+    job = write(work / "job.yaml", "profile: local-dev\nscript: train.py\ntemplate: broken.j2\n")
+    done = ck("validate", str(job))
+    assert done.exit_code == 2
+    assert done.stderr.startswith(f"{job}:3: template: {work}/broken.j2:2: template error: "), done.stderr
+
+
+def test_a_profile_given_as_a_job_file_is_one_message(work: Path) -> None:
+    profile = builtin_dir("profiles") / "ib-ndr.yaml"
+    for command in ("render", "submit"):
+        done = ck(command, str(profile))
+        assert done.exit_code == 2
+        assert done.stderr == (f"{profile}:1: ib-ndr.yaml is a cluster profile, not a job file; give a job "
+                               f"file (with `profile:` and `script:` keys) that names it, e.g. `profile: "
+                               f"{profile}`, or pass it as --profile {profile}\n")
+
+
+def test_a_job_file_given_as_a_profile_is_one_message(work: Path) -> None:
+    job = write(work / "job.yaml", JOB)
+    done = ck("preflight", "--profile", str(job))
+    assert done.exit_code == 2
+    assert done.stderr == (f"{job}:1: job.yaml is a job file, not a cluster profile; give a cluster profile "
+                           "instead (`clusterkit profiles list`), such as the one this job file names: local-dev\n")
+    other = write(work / "other.yaml", f"profile: {job}\nscript: train.py\n")
+    err = ck("validate", str(other)).stderr
+    assert err == (f"{other}:1: profile: {job} is a job file, not a cluster profile; name a cluster "
+                   "profile (`clusterkit profiles list`) or a path to one\n")
+
+
+def test_a_job_file_without_profile_and_script_is_still_checked_as_a_job(work: Path) -> None:
+    job = write(work / "job.yaml", "nodes: 2\nlauncher: torchrun\nargs: [--epochs, 3]\n")
+    err = ck("validate", str(job)).stderr
+    assert "missing required key 'profile'" in err and "missing required key 'script'" in err
+    assert "unknown key" not in err
