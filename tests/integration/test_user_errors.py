@@ -105,3 +105,10 @@ def test_the_script_is_looked_for_on_the_login_host(dev_cluster: Any, tmp_path: 
             assert done.returncode == 2 and done.stdout == "", done.stderr
             assert done.stderr == (f"{gone}:2: script: no file {folder}/gone.py on login (workdir {folder} "
                                    "+ gone.py); check the name, or put gone.py into the workdir\n")
+
+
+def test_logs_and_status_of_a_job_slurm_never_had(dev_cluster: Any, tmp_path: Path) -> None:
+    for command in ("logs", "status"):
+        done = clusterkit(dev_cluster, command, "99999999", cwd=tmp_path, timeout=CLI_TIMEOUT)
+        assert done.returncode == 3, done.stderr
+        assert done.stderr.startswith("clusterkit: error: Slurm does not know job 99999999\n  fix: "), done.stderr

@@ -6,6 +6,7 @@ folder); a few run the real `clusterkit` process where the exit path matters.
 """
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -205,3 +206,74 @@ def test_a_job_file_without_profile_and_script_is_still_checked_as_a_job(work: P
     err = ck("validate", str(job)).stderr
     assert "missing required key 'profile'" in err and "missing required key 'script'" in err
     assert "unknown key" not in err
+
+
+# ---------------------------------------------------------------- smaller slips
+
+
+def unreachable_profile(work: Path) -> Path:
+    """A profile of nodes n[1-2] whose SSH port refuses at once (nothing listens on port 1)."""
+    return write(work / "p.yaml", "name: p\nnodes: n[1-2]\nssh: {port: 1, connect_timeout: 2, "
+                                  f"known_hosts: {work}/kh}}\n")
+
+
+def test_nodes_outside_the_profile_get_a_warning_on_stderr(work: Path) -> None:
+    profile = unreachable_profile(work)
+    done = ck("preflight", "--profile", str(profile), "--nodes", "127.0.0.1", "--json")
+    assert done.exit_code == 1  # unreachable, as it should be; the warning is what matters
+    assert done.stderr == ("clusterkit: warning: --nodes 127.0.0.1 is not in profile p's nodes (n[1-2]); "
+                           "checking it against its expectations anyway\n")
+    assert done.stdout.startswith("{")  # --json keeps stdout one JSON document
+
+
+@pytest.mark.parametrize("option", ["--save-baseline", "-o"])
+def test_audit_output_paths_are_checked_before_any_node_is_probed(work: Path, option: str) -> None:
+    profile = unreachable_profile(work)
+    done = ck("audit", "--profile", str(profile), option, "/nonexistent/out")
+    assert done.exit_code == 2 and done.stdout == ""
+    assert done.stderr == (f"clusterkit: error: {option} /nonexistent/out: cannot write there: the folder "
+                           "/nonexistent does not exist\n  fix: name a file in an existing folder you can write to\n")
+
+
+def test_a_baseline_of_another_profile_is_compared_with_a_warning(work: Path) -> None:
+    from cluster_kit.audit import baseline_profile_warning, save_baseline
+
+    baseline = save_baseline({"n1": {"gpu.driver": "550.54.15"}}, profile="prod", created="2026-12-01T00:00:00Z")
+    assert baseline_profile_warning(baseline, "prod", "b.json") is None
+    assert baseline_profile_warning(baseline, "staging", "b.json") == (
+        "b.json was saved for profile 'prod', not 'staging': its changes compare two profiles; "
+        "pass a baseline saved with --profile staging")
+    write(work / "b.json", json.dumps(baseline))
+    profile = unreachable_profile(work)
+    done = ck("audit", "--profile", str(profile), "--baseline", str(work / "b.json"), "--format", "json")
+    assert done.stderr.startswith(f"clusterkit: warning: {work}/b.json was saved for profile 'prod', not 'p': ")
+
+
+def test_status_leaves_out_slurms_reason_none() -> None:
+    from cluster_kit.slurm_runner import JobStatus
+
+    running = JobStatus("12", "RUNNING", "None", "n1", "0:05", None, None, "squeue")
+    assert "reason" not in dict(running.items())
+    pending = JobStatus("13", "PENDING", "Resources", "", "0:00", None, None, "squeue")
+    assert dict(pending.items())["reason"] == "Resources"
+
+
+class UnknownJobRunner:
+    """Answers every Slurm command as for a job id it never had (Slurm 22.05's words)."""
+
+    where = "on this machine"
+
+    def run(self, argv: list[str], stdin: str | None = None, timeout: float = 60) -> object:
+        from cluster_kit.slurm_runner import Completed
+
+        return Completed(list(argv), 1, "", "slurm_load_jobs error: Invalid job id specified\n")
+
+
+def test_logs_of_a_job_slurm_never_had_says_so() -> None:
+    from cluster_kit import slurm_runner
+    from cluster_kit.errors import ClusterRefused
+
+    with pytest.raises(ClusterRefused) as caught:
+        slurm_runner.read_output(UnknownJobRunner(), "99999")  # type: ignore[arg-type]
+    assert caught.value.message == "Slurm does not know job 99999"
+    assert "output file" not in caught.value.message
