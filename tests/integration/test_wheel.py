@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = ["cluster_kit", "templates", "profiles", "setup.cfg", "pyproject.toml", "README.md"]
-BUILT_IN_PROFILES = {"base", "ib-ndr", "local-dev", "roce-v2", "tcp-only"}
+BUILT_IN_PROFILES = {"base", "dev-nodes", "ib-ndr", "local-dev", "roce-v2", "tcp-only"}
 
 
 def run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
