@@ -235,14 +235,14 @@ class JobStatus:
         return slurm.job_exit_code(self.state, self.exit_code) if self.finished else None
 
     def items(self) -> Iterator[tuple[str, object]]:
-        """(field, value) pairs to print, the unset ones left out (Slurm's reason
-        "None" of a running job too)."""
-        reason = "" if self.reason == "None" else self.reason
+        """(field, value) pairs to print, the unset ones left out."""
         pairs = [("job_id", self.job_id), ("state", self.state), ("phase", self.phase),
-                 ("reason", reason), ("nodes", self.nodes), ("elapsed", self.elapsed),
+                 ("reason", self.reason), ("nodes", self.nodes), ("elapsed", self.elapsed),
                  ("exit_code", self.exit_code), ("exit_status", self.exit_status),
                  ("stdout", self.stdout_path), ("source", self.source)]
-        return iter([(name, value) for name, value in pairs if value not in (None, "")])
+        # squeue says reason "None" for a job with nothing to wait for: not shown
+        return iter([(name, value) for name, value in pairs
+                     if value not in (None, "") and not (name == "reason" and value == "None")])
 
 
 def job_status(runner: Runner, job_id: str) -> JobStatus:
@@ -253,17 +253,12 @@ def job_status(runner: Runner, job_id: str) -> JobStatus:
     job_id = slurm.check_job_id(job_id)
     status = _find_status(runner, job_id)
     if status is None:
-        raise unknown_job(job_id)
+        raise ClusterRefused(
+            f"Slurm {runner.where} does not know job {job_id}",
+            fix="check the id (squeue --me); without accounting (slurmdbd) Slurm forgets "
+                "a job MinJobAge seconds after it ends",
+        )
     return status
-
-
-def unknown_job(job_id: str, also: str = "") -> ClusterRefused:
-    """The refusal for a job id no Slurm source knows (never existed, or forgotten)."""
-    return ClusterRefused(
-        f"Slurm does not know job {job_id}",
-        fix="check the id (squeue --me); without accounting (slurmdbd) Slurm forgets "
-            f"a job MinJobAge seconds after it ends{also}",
-    )
 
 
 def _find_status(runner: Runner, job_id: str) -> JobStatus | None:
@@ -375,12 +370,10 @@ def read_output(runner: Runner, job_id: str, offset: int = 0) -> str:
     Read through the runner, so it works where the file is: on the login
     host's shared file system, or here.
     """
-    record = _scontrol_record(runner, slurm.check_job_id(job_id))
-    if record is None:
-        raise unknown_job(job_id, "; an ended job's output is in the file its `output:` names")
-    path = record.get("StdOut") or None
+    path = job_output_path(runner, job_id)
     if path is None:
-        raise ClusterRefused(f"Slurm does not say where job {job_id} writes its output",
+        job_status(runner, job_id)  # a job Slurm does not know at all is said so
+        raise ClusterRefused(f"Slurm {runner.where} no longer knows job {job_id}'s output file",
                              fix="read the file the job's --output option names")
     completed = runner.run(["tail", "-c", f"+{int(offset) + 1}", "--", path])
     if not completed.ok:

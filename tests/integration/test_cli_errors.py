@@ -51,7 +51,7 @@ def test_submit_through_an_unreachable_login_host_exits_3(dev_cluster: Any, tmp_
 
 def test_status_and_cancel_of_an_unknown_job_exit_3(dev_cluster: Any, tmp_path: Path) -> None:
     line = one_error(clusterkit(dev_cluster, "status", UNKNOWN_JOB, cwd=tmp_path, timeout=CLI_TIMEOUT), 3)
-    assert line == f"clusterkit: error: Slurm does not know job {UNKNOWN_JOB}"
+    assert line == f"clusterkit: error: Slurm on this machine does not know job {UNKNOWN_JOB}"
     line = one_error(clusterkit(dev_cluster, "cancel", UNKNOWN_JOB, cwd=tmp_path, timeout=CLI_TIMEOUT), 3)
     assert "Invalid job id specified" in line
 

@@ -111,4 +111,5 @@ def test_logs_and_status_of_a_job_slurm_never_had(dev_cluster: Any, tmp_path: Pa
     for command in ("logs", "status"):
         done = clusterkit(dev_cluster, command, "99999999", cwd=tmp_path, timeout=CLI_TIMEOUT)
         assert done.returncode == 3, done.stderr
-        assert done.stderr.startswith("clusterkit: error: Slurm does not know job 99999999\n  fix: "), done.stderr
+        assert done.stderr.startswith("clusterkit: error: Slurm on this machine does not know job 99999999\n"
+                                      "  fix: "), done.stderr

@@ -10,6 +10,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from click.testing import CliRunner, Result
@@ -258,15 +259,23 @@ def test_status_leaves_out_slurms_reason_none() -> None:
     assert dict(pending.items())["reason"] == "Resources"
 
 
+SLURM_TEXT = Path(__file__).resolve().parent.parent / "data" / "slurm"
+
+
 class UnknownJobRunner:
-    """Answers every Slurm command as for a job id it never had (Slurm 22.05's words)."""
+    """Answers each Slurm command with what Slurm 22.05 printed for a job id it never had
+    (recorded in tests/data/slurm; this cluster keeps no accounting)."""
 
     where = "on this machine"
+    recorded: ClassVar[dict[str, str]] = {"squeue": "squeue_unknown", "scontrol": "scontrol_show_job_unknown",
+                                          "sacct": "sacct_disabled"}
 
     def run(self, argv: list[str], stdin: str | None = None, timeout: float = 60) -> object:
         from cluster_kit.slurm_runner import Completed
 
-        return Completed(list(argv), 1, "", "slurm_load_jobs error: Invalid job id specified\n")
+        case = self.recorded[argv[0]]
+        return Completed(list(argv), 1, (SLURM_TEXT / f"{case}.stdout").read_text(),
+                         (SLURM_TEXT / f"{case}.stderr").read_text())
 
 
 def test_logs_of_a_job_slurm_never_had_says_so() -> None:
@@ -275,5 +284,4 @@ def test_logs_of_a_job_slurm_never_had_says_so() -> None:
 
     with pytest.raises(ClusterRefused) as caught:
         slurm_runner.read_output(UnknownJobRunner(), "99999")  # type: ignore[arg-type]
-    assert caught.value.message == "Slurm does not know job 99999"
-    assert "output file" not in caught.value.message
+    assert caught.value.message == "Slurm on this machine does not know job 99999"
