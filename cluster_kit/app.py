@@ -63,7 +63,7 @@ class App:
             except slurm_runner.LoginRefused as exc:
                 raise slurm_runner.LoginRefused(
                     f"cannot look for the job's script {path} on {runner.host}: {exc.reason}", exc.reason,
-                    fix=f"{exc.fix}; or skip this look-up with `clusterkit validate --offline`") from None
+                    fix=exc.fix) from None
         return exists
 
     def job_problems(self, job: Any, offline: bool = False) -> list[tuple[str, str]]:

@@ -57,7 +57,13 @@ def checked_offline(app: App, job: Any, offline: bool) -> list[tuple[str, str]]:
     if offline and host:
         click.echo(f"clusterkit: note: {job.where('script')}: script {job.data['script']} not looked "
                    f"for on {host} (--offline)", err=True)
-    return app.job_problems(job, offline)
+    from cluster_kit.slurm_runner import LoginRefused
+
+    try:
+        return app.job_problems(job, offline)
+    except LoginRefused as exc:
+        exc.fix = f"{exc.fix}; or check the files alone: clusterkit validate --offline"
+        raise
 
 
 @cli.group()

@@ -285,3 +285,11 @@ def test_logs_of_a_job_slurm_never_had_says_so() -> None:
     with pytest.raises(ClusterRefused) as caught:
         slurm_runner.read_output(UnknownJobRunner(), "99999")  # type: ignore[arg-type]
     assert caught.value.message == "Slurm on this machine does not know job 99999"
+
+
+def test_every_example_job_validates_offline(work: Path) -> None:
+    examples = sorted(str(p) for p in (Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
+    assert len(examples) >= 3
+    done = ck("validate", "--offline", *examples)
+    assert done.exit_code == 0, done.stderr
+    assert done.stdout == f"{len(examples)} file(s) valid\n"
