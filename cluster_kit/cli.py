@@ -45,20 +45,20 @@ def validate(app: App, files: tuple[str, ...], offline: bool) -> None:
     from cluster_kit.config import validate_files
 
     problems = validate_files([Path(f) for f in files], app.search,
-                              check_job=lambda job: checked_offline(app, job, offline))
+                              check_job=lambda job: validate_job(app, job, offline))
     if problems:
         raise ValidationError(problems)
     click.echo(f"{len(files)} file(s) valid")
 
 
-def checked_offline(app: App, job: Any, offline: bool) -> list[tuple[str, str]]:
+def validate_job(app: App, job: Any, offline: bool) -> list[tuple[str, str]]:
     """app.job_problems, saying on stderr which script --offline left unchecked."""
+    from cluster_kit.slurm_runner import LoginRefused
+
     host = (job.profile.data.get("login") or {}).get("host")
     if offline and host:
         click.echo(f"clusterkit: note: {job.where('script')}: script {job.data['script']} not looked "
                    f"for on {host} (--offline)", err=True)
-    from cluster_kit.slurm_runner import LoginRefused
-
     try:
         return app.job_problems(job, offline)
     except LoginRefused as exc:
