@@ -27,6 +27,61 @@ class App:
 
         return load_job(Path(path), self.search)
 
+    def checked_job(self, path: str, offline: bool = False) -> Any:
+        """The job file loaded, with its script checked (ValidationError, exit 2, at
+        the `script:` line when it is missing). `offline` checks only what is on
+        this machine: a profile with a login host has its script looked up there."""
+        from cluster_kit.errors import ValidationError
+
+        job = self.job(path)
+        problem = self.script_problem(job, offline)
+        if problem:
+            raise ValidationError([f"{job.where('script')}: {problem}"])
+        return job
+
+    def script_problem(self, job: Any, offline: bool = False) -> str | None:
+        """The `script:` problem of a loaded job, None when the script is there or,
+        `offline`, when it lives on the login host and is not looked for."""
+        import os
+
+        from cluster_kit import jobscript
+
+        host = (job.profile.data.get("login") or {}).get("host")
+        if host and offline:
+            return None
+        exists = self._exists_on_login(job.profile.data) if host else os.path.isfile
+        return jobscript.check(job.data["script"], job.data["workdir"], job.path, exists, host)
+
+    def _exists_on_login(self, profile_data: dict[str, Any]) -> Any:
+        from cluster_kit import jobscript, slurm_runner
+
+        runner = self.runner(profile_data)
+
+        def exists(path: str) -> bool:
+            try:
+                return bool(runner.run(jobscript.build_exists_command(path)).returncode == 0)
+            except slurm_runner.LoginRefused as exc:
+                raise slurm_runner.LoginRefused(
+                    f"cannot look for the job's script {path} on {runner.host}: {exc.reason}", exc.reason,
+                    fix=exc.fix) from None
+        return exists
+
+    def job_problems(self, job: Any, offline: bool = False) -> list[tuple[str, str]]:
+        """What `validate` finds beyond the files: a missing script, a template that
+        does not render. (key, message) pairs; the message names the fix."""
+        from cluster_kit.errors import ClusterKitError
+
+        problems = []
+        script = self.script_problem(job, offline)
+        if script:
+            problems.append(("script", script))
+        try:
+            render_job(self, job)
+        except ClusterKitError as exc:
+            fix = f"; {exc.fix}" if exc.fix else ""
+            problems.append(("template", f"template: {exc.message}{fix}"))
+        return problems
+
     def profile(self, ref: str) -> Any:
         from cluster_kit.config import load_profile
 

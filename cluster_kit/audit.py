@@ -275,6 +275,16 @@ def check_baseline(document: Any, source: str = "baseline") -> dict[str, Any]:
     return document
 
 
+def baseline_profile_warning(baseline: Mapping[str, Any], profile: str | None, source: str) -> str | None:
+    """A warning when the baseline was saved for another profile (its changes may be
+    the other fleet's differences, not this fleet's drift)."""
+    saved = baseline.get("profile")
+    if not saved or not profile or saved == profile:
+        return None
+    return (f"{source} was saved for profile {saved!r}, not {profile!r}: its changes compare two "
+            f"profiles; pass a baseline saved with --profile {profile}")
+
+
 def _change(node: str, fact: str, before: str, after: str) -> dict[str, str]:
     return {"node": node, "fact": fact, "before": before, "after": after}
 

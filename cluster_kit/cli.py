@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -33,15 +34,37 @@ def cli(ctx: click.Context, profile_path: tuple[str, ...], verbose: bool) -> Non
 
 @cli.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--offline", is_flag=True,
+              help="Touch no cluster: a job's script on the login host is not looked for.")
 @pass_app
-def validate(app: App, files: tuple[str, ...]) -> None:
-    """Check profiles and job files; print every problem as FILE:LINE: message."""
+def validate(app: App, files: tuple[str, ...], offline: bool) -> None:
+    """Check profiles and job files; print every problem as FILE:LINE: message.
+
+    A job file's script must exist (on the login host, over SSH, when its profile
+    has one) and its template must render.
+    """
     from cluster_kit.config import validate_files
 
-    problems = validate_files([Path(f) for f in files], app.search)
+    problems = validate_files([Path(f) for f in files], app.search,
+                              check_job=lambda job: validate_job(app, job, offline))
     if problems:
         raise ValidationError(problems)
     click.echo(f"{len(files)} file(s) valid")
+
+
+def validate_job(app: App, job: Any, offline: bool) -> list[tuple[str, str]]:
+    """app.job_problems, saying on stderr which script --offline left unchecked."""
+    from cluster_kit.slurm_runner import LoginRefused
+
+    host = (job.profile.data.get("login") or {}).get("host")
+    if offline and host:
+        click.echo(f"clusterkit: note: {job.where('script')}: script {job.data['script']} not looked "
+                   f"for on {host} (--offline)", err=True)
+    try:
+        return app.job_problems(job, offline)
+    except LoginRefused as exc:
+        exc.fix = f"{exc.fix}; or check the files alone: clusterkit validate --offline"
+        raise
 
 
 @cli.group()
@@ -64,12 +87,32 @@ def profiles_list(app: App) -> None:
 @click.argument("name")
 @pass_app
 def profiles_show(app: App, name: str) -> None:
-    """Print one profile fully resolved (extends merged, defaults applied)."""
+    """Print one profile fully resolved (extends merged, defaults applied).
+
+    Unset keys are left out, so what is printed is itself a valid profile.
+    """
     import yaml
+
+    from cluster_kit.config import without_unset
 
     profile = app.profile(name)
     click.echo(f"# {profile.path}")
-    click.echo(yaml.safe_dump(profile.data, sort_keys=False).rstrip())
+    click.echo(yaml.dump(without_unset(profile.data), Dumper=_profile_dumper(), sort_keys=False).rstrip())
+
+
+def _quote_colons(dumper: Any, value: str) -> Any:
+    """Strings with a colon are quoted ("04:00:00"): plain YAML 1.1 reads some of them as numbers."""
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style='"' if ":" in value else None)
+
+
+def _profile_dumper() -> Any:
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    Dumper.add_representer(str, _quote_colons)
+    return Dumper
 
 
 @cli.command("schema")
@@ -89,7 +132,7 @@ def schema_command(kind: str) -> None:
 @pass_app
 def render(app: App, job_file: str, output: str | None) -> None:
     """Print (or write) the sbatch script of JOB_FILE; touches no cluster."""
-    script = render_job(app, app.job(job_file))
+    script = render_job(app, app.checked_job(job_file, offline=True))
     if output:
         try:
             Path(output).write_text(script)

@@ -94,6 +94,35 @@ def write_output(text: str, output: str | None) -> None:
         click.echo(text.rstrip("\n"))
 
 
+def check_writable(path: str | None, option: str) -> None:
+    """InputError (exit 2) before any probing when `path` cannot be written later:
+    its folder is missing or not writable, or it is a folder itself."""
+    import os
+
+    if path is None:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    problem = None
+    if not os.path.isdir(folder):
+        problem = f"the folder {folder} does not exist"
+    elif os.path.isdir(path):
+        problem = "it is a folder"
+    elif not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        problem = "it is not writable"
+    if problem:
+        raise InputError(f"{option} {path}: cannot write there: {problem}",
+                         fix="name a file in an existing folder you can write to")
+
+
+def warn_other_profile(before: dict[str, Any] | None, profile: Any, source: str | None) -> None:
+    """Say on stderr when the baseline belongs to another profile."""
+    from cluster_kit.audit import baseline_profile_warning
+
+    warning = baseline_profile_warning(before, profile.name, source or "") if before else None
+    if warning:
+        click.echo(f"clusterkit: warning: {warning}", err=True)
+
+
 @click.command()
 @profile_option
 @nodes_option
@@ -115,8 +144,11 @@ def audit(app: App, profile_ref: str, nodes_expr: str | None, fmt: str, output: 
     if (drain and undrain) or (apply and not (drain or undrain)):
         raise InputError("use either --drain [--apply] or --undrain [--apply]",
                          fix="without --apply the scontrol commands are printed, not run")
+    check_writable(output, "-o")
+    check_writable(save_baseline, "--save-baseline")
     before = load_baseline(baseline) if baseline else None
     profile = app.profile(profile_ref)
+    warn_other_profile(before, profile, baseline)
     report, facts = run_preflight_for(app, profile, select_nodes(app, profile, nodes_expr), deep=False)
     slurm_nodes = slurm_view(app, profile)
     document = fleet.build_audit(profile.name, report, facts, baseline=before, slurm_nodes=slurm_nodes)

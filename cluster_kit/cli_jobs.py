@@ -222,7 +222,7 @@ def submit(app: App, job_file: str, dry_run: bool, test_only: bool, no_preflight
 
     if as_json and dry_run:
         raise click.UsageError("--json and --dry-run do not mix: --dry-run prints the script")
-    job = app.job(job_file)
+    job = app.checked_job(job_file, offline=dry_run)
     settings = effective(job)
     script = render_job(app, job, settings)  # bad input fails before any node is contacted
     route, report = None, None

@@ -34,11 +34,37 @@ def select_nodes(app: App, profile: Any, nodes_expr: str | None) -> list[str]:
     expr = nodes_expr or profile.data.get("nodes")
     if expr:
         try:
-            return hostlist.expand(expr)
+            nodes = hostlist.expand(expr)
         except ValueError as exc:
             raise InputError(f"--nodes {expr!r}: {exc}", fix="write a Slurm hostlist such as gpu[001-004,010]")
+        if nodes_expr:
+            warn_outside(nodes, profile)
+        return nodes
     partition = (profile.data.get("slurm") or {}).get("partition")
     return slurm_runner.partition_nodes(app.runner(profile.data), partition)
+
+
+def nodes_outside(nodes: list[str], profile_nodes: str | None) -> list[str]:
+    """The nodes that the profile's `nodes` hostlist does not list (none when it lists none)."""
+    from cluster_kit import hostlist
+
+    if not profile_nodes:
+        return []
+    listed = set(hostlist.expand(profile_nodes))
+    return [node for node in nodes if node not in listed]
+
+
+def warn_outside(nodes: list[str], profile: Any) -> None:
+    """Say on stderr when --nodes names nodes the profile does not list: they are
+    checked against this profile's expectations, which may not be theirs."""
+    from cluster_kit import hostlist
+
+    outside = nodes_outside(nodes, profile.data.get("nodes"))
+    if outside:
+        one = len(outside) == 1
+        click.echo(f"clusterkit: warning: --nodes {hostlist.fold(outside)} {'is' if one else 'are'} not in "
+                   f"profile {profile.name}'s nodes ({profile.data['nodes']}); checking "
+                   f"{'it' if one else 'them'} against its expectations anyway", err=True)
 
 
 def progress(total: int) -> Callable[[Any], None] | None:

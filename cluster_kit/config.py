@@ -12,12 +12,12 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster_kit import schema
+from cluster_kit import jobscript, schema
 from cluster_kit.errors import InputError, ValidationError
 from cluster_kit.launch import default_tasks_per_node
 from cluster_kit.yamlfile import KeyPath, YamlDoc, YamlError, nearest
@@ -109,8 +109,16 @@ class SearchPath:
             if (directory / f"{ref}.j2").is_file():
                 return directory / f"{ref}.j2"
         looked = ", ".join(str(d) for d in self.template_path)
-        raise InputError(f"no template '{ref}' on the search path (looked in: {looked})",
+        close = difflib.get_close_matches(ref, self.template_names(), n=1, cutoff=0.6)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise InputError(f"no template '{ref}' on the search path{hint} (looked in: {looked})",
                          fix="use a built-in template name such as ddp, or a path to a .j2 file")
+
+    def template_names(self) -> list[str]:
+        """Names of the job templates on the search path (partials `_x.j2` left out)."""
+        names = {path.stem for directory in self.template_path if directory.is_dir()
+                 for path in directory.glob("*.j2") if not path.name.startswith("_")}
+        return sorted(names)
 
     def list_profiles(self) -> list[tuple[str, Path]]:
         """Every profile name on the search path with the file that wins, by name."""
@@ -173,8 +181,8 @@ class Problems:
             self.add(doc.path, doc.line(key_path), message)
 
     def add_yaml_error(self, exc: YamlError) -> None:
-        """A file that could not be loaded at all."""
-        self.add(exc.path, exc.line, exc.problem)
+        """A file that could not be loaded at all: the problem and its fix on one line."""
+        self.add(exc.path, exc.line, f"{exc.problem}; {exc.fix}" if exc.fix else exc.problem)
 
     def count(self) -> int:
         """How many problems so far."""
@@ -244,6 +252,10 @@ def _load_chain(path: Path, search: SearchPath, problems: Problems) -> list[Yaml
         except YamlError as exc:
             problems.add_yaml_error(exc)
             return chain
+        if looks_like_job(doc.data):
+            problems.add(doc.path, 1, f"{doc.path.name} is a job file, not a cluster profile; "
+                         + _JOB_NOT_PROFILE_FIX.format(profile=doc.data.get("profile") or "NAME"))
+            return chain
         chain.append(doc)
         problems.add_doc(doc, schema.check(doc.data, schema.PROFILE))
         parent = _parent_of(doc, chain, search, problems)
@@ -281,6 +293,17 @@ def _build_profile(chain: list[YamlDoc]) -> Profile:
     data["name"] = merged.get("name") or leaf.path.stem
     return Profile(name=data["name"], path=leaf.path, data=data,
                    chain=[doc.path for doc in chain], origins=_origins(chain, merged))
+
+
+def without_unset(value: Any) -> Any:
+    """`value` without None and empty mappings or lists, at any depth: a profile as
+    `profiles show` prints it, whose unset keys validate only by being absent."""
+    if isinstance(value, Mapping):
+        kept = {key: without_unset(item) for key, item in value.items()}
+        return {key: item for key, item in kept.items() if item is not None and item != {} and item != []}
+    if isinstance(value, list):
+        return [without_unset(item) for item in value]
+    return value
 
 
 def deep_merge(parent: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any]:
@@ -351,13 +374,42 @@ def load_job(path: Path, search: SearchPath) -> Job:
         problems.add_yaml_error(exc)
         problems.raise_if_any()
         raise
+    if looks_like_profile(doc.data):
+        problems.add(doc.path, 1, f"{doc.path.name} is a cluster profile, not a job file; "
+                     + _PROFILE_NOT_JOB_FIX.format(path=doc.path))
+        problems.raise_if_any()
     profile = _check_job(doc, search, problems)
     problems.raise_if_any()
     assert profile is not None
+    return _job_from(doc, profile)
+
+
+def _job_from(doc: YamlDoc, profile: Profile) -> Job:
+    """The Job of a job file that has no problems."""
     data = schema.with_defaults(doc.data, schema.JOB)
     data["name"] = data.get("name") or default_job_name(doc.path)
     origins = {key: f"{doc.path}:{line}" for key, line in doc.lines.items()}
     return Job(name=data["name"], path=doc.path, data=data, profile=profile, origins=origins)
+
+
+_PROFILE_NOT_JOB_FIX = ("give a job file (with `profile:` and `script:` keys) that names it, "
+                        "e.g. `profile: {path}`, or pass it as --profile {path}")
+_JOB_NOT_PROFILE_FIX = ("give a cluster profile instead (`clusterkit profiles list`), such as the one "
+                        "this job file names: {profile}")
+
+# Keys only one of the two kinds of file has; name, nodes and slurm are in both.
+PROFILE_ONLY_KEYS = frozenset(schema.PROFILE.fields) - frozenset(schema.JOB.fields)
+JOB_ONLY_KEYS = frozenset(schema.JOB.fields) - frozenset(schema.PROFILE.fields)
+
+
+def looks_like_profile(data: Mapping[str, Any]) -> bool:
+    """Keys that only profiles have, and none that only job files have."""
+    return bool(data.keys() & PROFILE_ONLY_KEYS) and not data.keys() & JOB_ONLY_KEYS
+
+
+def looks_like_job(data: Mapping[str, Any]) -> bool:
+    """A `script` or `profile` key, and no key that only profiles have."""
+    return is_job(data) and not data.keys() & PROFILE_ONLY_KEYS
 
 
 def default_job_name(path: Path) -> str:
@@ -373,7 +425,19 @@ def _check_job(doc: YamlDoc, search: SearchPath, problems: Problems) -> Profile 
             problems.add(doc.path, 1, f"missing required key '{key}'; {_REQUIRED_HINT[key]}")
     profile = _job_profile(doc, search, problems)
     problems.add_doc(doc, _cross_check_job(doc.data, profile))
+    _check_template(doc, search, problems)
     return profile
+
+
+def _check_template(doc: YamlDoc, search: SearchPath, problems: Problems) -> None:
+    """A `template:` that is on the search path, or a file relative to the job file."""
+    ref = doc.data.get("template")
+    if not isinstance(ref, str) or not ref.strip() or "\n" in ref or "\0" in ref:
+        return  # absent (ddp) or already a schema problem
+    try:
+        search.find_template(ref, base=doc.path.parent)
+    except InputError as exc:
+        problems.add(doc.path, doc.line(("template",)), f"template: {exc.message}; {exc.fix}")
 
 
 _REQUIRED_HINT = {
@@ -391,7 +455,19 @@ def _job_profile(doc: YamlDoc, search: SearchPath, problems: Problems) -> Profil
     except InputError as exc:
         problems.add(doc.path, doc.line(("profile",)), f"profile: {exc.message}")
         return None
+    if _is_job_file(path):
+        problems.add(doc.path, doc.line(("profile",)), f"profile: {ref} is a job file, not a cluster "
+                     "profile; name a cluster profile (`clusterkit profiles list`) or a path to one")
+        return None
     return _resolve_profile(path, search, problems)
+
+
+def _is_job_file(path: Path) -> bool:
+    """Whether `path` loads as a job file (a file that does not load is not one)."""
+    try:
+        return looks_like_job(load_yaml(path).data)
+    except YamlError:
+        return False
 
 
 def _cross_check_job(job: Mapping[str, Any], profile: Profile | None) -> list[schema.Problem]:
@@ -428,19 +504,27 @@ def effective(job: Job) -> dict[str, Any]:
         "gpus_per_node": gpus,
         "ntasks_per_node": _tasks_per_node(j, p, gpus),
         "launcher": j["launcher"],
-        "script": j["script"],
+        "script": jobscript.runtime_script(j["script"], j["workdir"], job.path),
         "args": [str(a) for a in j["args"]],
         "workdir": j["workdir"],
         "output": j["output"],
         "preflight": j["preflight"],
         "cuda_graphs": j["cuda_graphs"],
-        "template": j["template"],
+        "template": job_template(j["template"], job.path),
         "master_port": j["master_port"],
         "slurm": _effective_slurm(p["slurm"], j["slurm"], j.get("time")),
         "network": _effective_network(p["network"], j["nccl"]),
         "environment": _effective_environment(p["environment"], j["env"]),
         "expect": dict(p["expect"]),
     }
+
+
+def job_template(ref: str, job_file: Path) -> str:
+    """A template name as is; a template path resolved against the job file's folder."""
+    if not _looks_like_path(ref, (".j2",)):
+        return ref
+    path = Path(ref).expanduser()
+    return str(path if path.is_absolute() else Path(os.path.abspath(job_file)).parent / path)
 
 
 def _first(*values: Any) -> Any:
@@ -514,8 +598,23 @@ def is_job(data: Mapping[str, Any]) -> bool:
     return "script" in data or "profile" in data
 
 
-def validate_files(paths: Sequence[Path], search: SearchPath) -> list[str]:
-    """Every problem of the given profiles and job files (the `validate` command)."""
+def _validates_as_job(data: Mapping[str, Any]) -> bool:
+    """Whether `validate` checks a file as a job file: it names a script or profile,
+    or it has only keys that job files have."""
+    return is_job(data) or (bool(data.keys() & JOB_ONLY_KEYS) and not data.keys() & PROFILE_ONLY_KEYS)
+
+
+JobCheck = Callable[[Job], Iterable[tuple[str, str]]]
+
+
+def validate_files(paths: Sequence[Path], search: SearchPath,
+                   check_job: JobCheck | None = None) -> list[str]:
+    """Every problem of the given profiles and job files (the `validate` command).
+
+    `check_job(job)` adds what needs more than the files (the script on disk, the
+    rendered template) for each job file without problems: (key, message) pairs,
+    reported at the key's line.
+    """
     problems = Problems()
     for path in paths:
         try:
@@ -523,8 +622,12 @@ def validate_files(paths: Sequence[Path], search: SearchPath) -> list[str]:
         except YamlError as exc:
             problems.add_yaml_error(exc)
             continue
-        if is_job(doc.data):
-            _check_job(doc, search, problems)
-        else:
+        if not _validates_as_job(doc.data):
             _resolve_profile(path, search, problems)
+            continue
+        before = problems.count()
+        profile = _check_job(doc, search, problems)
+        if check_job is not None and profile is not None and problems.count() == before:
+            for key, message in check_job(_job_from(doc, profile)):
+                problems.add(doc.path, doc.line((key,)), message)
     return problems.lines()

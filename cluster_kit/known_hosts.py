@@ -311,7 +311,7 @@ def _ends_with_newline(path: str) -> bool:
 
 def problem_message(verdict: Verdict, name: str, offered: str, files: KnownHosts,
                     hostname: str, port: int) -> str:
-    """One line saying why a host key was refused and what to do about it.
+    """One line saying why a host key was refused (what to do is `problem_fix`'s).
 
     `offered` is `describe_key(...)` of the key the host presented.
     """
@@ -320,15 +320,26 @@ def problem_message(verdict: Verdict, name: str, offered: str, files: KnownHosts
     if verdict.status == "revoked" and entry is not None:
         return f"{head} {name} offered {offered}, which {entry.origin} marks {REVOKED}"
     if verdict.status == "changed" and entry is not None:
-        path = entry.origin.rpartition(":")[0]
         return (f"{head} REMOTE HOST IDENTIFICATION HAS CHANGED for {name}: it offered {offered}, "
-                f"but {entry.origin} has {entry.describe()}. Someone could be intercepting the "
-                f"connection, or the host was reinstalled; verify the new fingerprint out of band, "
-                f"then remove the old key with `ssh-keygen -f {path} -R '{name}'`")
+                f"but {entry.origin} has {entry.describe()}; someone could be intercepting the "
+                "connection, or the host was reinstalled")
     return (f"{head} {name} is not in {', '.join(files.user_files + files.global_files)} "
-            f"(it offered {offered}); verify that fingerprint out of band, then run "
-            f"`{_keyscan_command(name, hostname, port, files.record_file)}`, "
-            f"or set `host_key_policy: accept-new` in the profile's ssh section")
+            f"(it offered {offered})")
+
+
+def problem_fix(verdict: Verdict, name: str, files: KnownHosts, hostname: str, port: int) -> str:
+    """What to do about a refused host key, said once, with the commands to run."""
+    entry = verdict.entry
+    scan = _keyscan_command(name, hostname, port, files.record_file)
+    if verdict.status == "revoked":
+        return ("do not connect: the key was revoked on purpose; ask the node's administrators "
+                "for the node's new key")
+    if verdict.status == "changed" and entry is not None:
+        path = entry.origin.rpartition(":")[0]
+        return (f"verify the new fingerprint out of band, then replace the old key: "
+                f"`ssh-keygen -R '{name}' -f {path}` and `{_keyscan_command(name, hostname, port, path)}`")
+    return (f"verify that fingerprint out of band, then run `{scan}`, "
+            "or set `host_key_policy: accept-new` in the profile's ssh section")
 
 
 def _keyscan_command(name: str, hostname: str, port: int, record_file: str) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 from cluster_kit.checks import Finding, evaluate, node_status
 from cluster_kit.checks.findings import STATUS_ORDER
+from cluster_kit.sshconfig import unresolved_fix
 
 NO_PYTHON_EXIT = 127
 
@@ -52,8 +53,9 @@ def parse_probe_output(stdout: str) -> dict[str, Any]:
 def node_findings(result: Any, profile: dict[str, Any], deep: bool) -> tuple[str, list[Finding], dict | None]:
     """Status, findings and facts of one node from its SSH result."""
     if not result.ok and result.exit_status is None:
-        return "unreachable", [Finding("ssh.reachable", "unreachable", result.error or "no answer",
-                                       _reach_fix(result.error or ""))], None
+        error = result.error or "no answer"
+        fix = getattr(result, "fix", None) or _reach_fix(error, result.host)
+        return "unreachable", [Finding("ssh.reachable", "unreachable", error, fix)], None
     if result.exit_status == NO_PYTHON_EXIT and "python3" in (result.stderr or ""):
         return "fail", [Finding("probe.python", "fail", "python3 not found on the node",
                                 "install python3 (any 3.6+) on the node image")], None
@@ -67,7 +69,10 @@ def node_findings(result: Any, profile: dict[str, Any], deep: bool) -> tuple[str
     return node_status(findings), findings, facts
 
 
-def _reach_fix(error: str) -> str:
+def _reach_fix(error: str, host: str) -> str:
+    """The fix of an unreachable node, for SSH failures whose step named none."""
+    if "does not resolve" in error:
+        return unresolved_fix(host, "the jump host" if "jump host" in error else "this machine")
     if "has changed" in error.lower():
         return ("verify the node's new host key out of band, then remove its old line from known_hosts "
                 "(ssh-keygen -R NODE) and record the new key")

@@ -28,8 +28,19 @@ from paramiko.ssh_exception import IncompatiblePeer
 
 from cluster_kit.errors import ClusterRefused, InputError
 from cluster_kit.filecache import FileCache
-from cluster_kit.known_hosts import KnownHosts, describe_key, problem_message
-from cluster_kit.sshconfig import Endpoint, Hop, SshSettings, resolve_endpoint
+from cluster_kit.known_hosts import (
+    KnownHosts,
+    describe_key,
+    problem_fix,
+    problem_message,
+)
+from cluster_kit.sshconfig import (
+    Endpoint,
+    Hop,
+    SshSettings,
+    resolve_endpoint,
+    unresolved_fix,
+)
 
 __all__ = ["HostResult", "SshConnectError", "SshSession", "SshSettings", "fan_out",
            "open_client", "resolve", "run"]
@@ -59,6 +70,7 @@ class HostResult:
     stderr: str
     error: str | None
     elapsed_s: float
+    fix: str | None = None  # what to do about `error`, where the failing step knows it
 
     @property
     def reached(self) -> bool:
@@ -69,15 +81,22 @@ class HostResult:
 class SshConnectError(ClusterRefused):
     """The login host could not be reached over SSH (exit 3)."""
 
-    def __init__(self, host: str, reason: str) -> None:
+    def __init__(self, host: str, reason: str, fix: str | None = None) -> None:
         super().__init__(f"cannot reach {host} over SSH: {reason}",
-                         fix=f"check that `ssh {host}` works with the profile's settings")
+                         fix=fix or f"check that `ssh {host}` works with the profile's settings")
         self.host = host
         self.reason = reason
+        self.known_fix = fix
 
 
 class _HostError(Exception):
-    """A host failed in a way worth one line: the message is that line."""
+    """A host failed in a way worth one line: the message is that line; `fix`,
+    when the step knows it, is what to do."""
+
+    def __init__(self, message: str, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.fix = fix
+
 
 
 class _CommandTimeout(_HostError):
@@ -281,7 +300,8 @@ def _open_socket(endpoint: Endpoint, deadline: float) -> socket.socket:
     try:
         addresses = socket.getaddrinfo(endpoint.hostname, endpoint.port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
-        raise _HostError(f"hostname does not resolve ({endpoint.hostname}: {exc.strerror})") from None
+        raise _HostError(f"hostname does not resolve ({endpoint.hostname}: {exc.strerror})",
+                         fix=unresolved_fix(endpoint.hostname)) from None
     failure: OSError | None = None
     for family, kind, proto, _, address in addresses:
         sock = socket.socket(family, kind, proto)
@@ -379,7 +399,9 @@ def _open_forwarded(via: paramiko.Transport, endpoint: Endpoint, deadline: float
                                 ("127.0.0.1", 0), timeout=timeout))
     except paramiko.ChannelException as exc:
         reason = via.open_failure_reason() if isinstance(via, _Transport) else ""
-        raise _HostError(_forward_failure(exc.code, reason or exc.text, endpoint)) from None
+        message = _forward_failure(exc.code, reason or exc.text, endpoint)
+        fix = unresolved_fix(endpoint.hostname, "the jump host") if "does not resolve" in message else None
+        raise _HostError(message, fix=fix) from None
     except (paramiko.SSHException, EOFError, OSError) as exc:
         if "Timeout" in str(exc):
             raise _HostError(f"timed out connecting ({endpoint.address} via the jump host, "
@@ -461,8 +483,8 @@ def _verify_host_key(transport: paramiko.Transport, endpoint: Endpoint, known: K
             return  # now recorded
     if verdict.status != "match":
         offered = describe_key(key_type, blob)
-        raise _HostError(problem_message(verdict, name, offered, known,
-                                         endpoint.hostname, endpoint.port))
+        raise _HostError(problem_message(verdict, name, offered, known, endpoint.hostname, endpoint.port),
+                         fix=problem_fix(verdict, name, known, endpoint.hostname, endpoint.port))
 
 
 # ----------------------------------------------------------------------------
@@ -719,7 +741,7 @@ def _run_host(ctx: _Context, host: str, command: str, stdin: bytes | None,
         transport = _connect_host(ctx, host, attempt)
         return _run_on(transport, host, command, stdin, ctx.settings.command_timeout, attempt)
     except Exception as exc:  # noqa: BLE001 - a host's failure is data, not an exception
-        return _result(host, attempt, error=_failure_message(exc, attempt))
+        return _result(host, attempt, error=_failure_message(exc, attempt), fix=_failure_fix(exc, attempt))
     finally:
         attempt.disarm()
         if transport is not None:
@@ -748,6 +770,11 @@ def _failure_message(exc: BaseException, attempt: _Attempt) -> str:
     return describe_error(exc)
 
 
+def _failure_fix(exc: BaseException, attempt: _Attempt) -> str | None:
+    """The fix the failing step named, if it named one (not when the deadline cut in)."""
+    return None if attempt.aborted else getattr(exc, "fix", None)
+
+
 def describe_error(exc: BaseException) -> str:
     """One categorised line for an exception no step recognised."""
     if isinstance(exc, (socket.timeout, TimeoutError)):
@@ -760,7 +787,7 @@ def describe_error(exc: BaseException) -> str:
 
 
 def _result(host: str, attempt: _Attempt, status: int | None = None, out: bytes = b"",
-            err: bytes = b"", error: str | None = None) -> HostResult:
+            err: bytes = b"", error: str | None = None, fix: str | None = None) -> HostResult:
     return HostResult(
         host=host,
         ok=error is None and status == 0,
@@ -769,6 +796,7 @@ def _result(host: str, attempt: _Attempt, status: int | None = None, out: bytes 
         stderr=err.decode("utf-8", errors="replace"),
         error=error,
         elapsed_s=round(time.monotonic() - attempt.started, 3),
+        fix=fix if error is not None else None,
     )
 
 
@@ -943,7 +971,7 @@ def open_client(host: str, settings: SshSettings) -> Iterator[SshSession]:
         transport = _connect_host(ctx, host, attempt)
     except Exception as exc:  # noqa: BLE001 - every failure becomes one clear message
         ctx.close()
-        raise SshConnectError(host, _failure_message(exc, attempt)) from None
+        raise SshConnectError(host, _failure_message(exc, attempt), _failure_fix(exc, attempt)) from None
     finally:
         attempt.disarm()
     session = SshSession(host, transport, settings)

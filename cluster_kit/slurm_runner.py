@@ -97,6 +97,14 @@ class LocalRunner:
         return Completed(argv, proc.returncode, proc.stdout, proc.stderr)
 
 
+class LoginRefused(ClusterRefused):
+    """The login host could not run a command: SSH failed (`reason` says how)."""
+
+    def __init__(self, message: str, reason: str, fix: str | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.reason = reason
+
+
 class LoginRunner:
     """Runs Slurm's commands on the profile's `login.host` over SSH.
 
@@ -129,7 +137,7 @@ class LoginRunner:
         data = stdin.encode() if stdin is not None else None
         result = self._connected(argv[0]).run(shlex.join(argv), stdin=data)
         if result.error is not None or result.exit_status is None:
-            raise self._refusal(argv[0], result.error or "no exit status")
+            raise self._refusal(argv[0], result.error or "no exit status", result.fix)
         if result.exit_status == 127 and "not found" in result.stderr:
             raise ClusterRefused(f"{argv[0]} not found on {self.host}",
                                  fix="set login.host to a node with Slurm's client commands")
@@ -152,13 +160,13 @@ class LoginRunner:
             try:
                 self._session = opened.enter_context(remote.open_client(self.host, self._ssh_settings()))
             except remote.SshConnectError as exc:
-                raise self._refusal(program, exc.reason) from None
+                raise self._refusal(program, exc.reason, exc.known_fix) from None
             self._opened = opened
         return self._session
 
-    def _refusal(self, program: str, reason: str) -> ClusterRefused:
-        return ClusterRefused(f"cannot run {program} on {self.host}: {reason}",
-                              fix=f"check that `ssh {self.host}` works with the profile's login settings")
+    def _refusal(self, program: str, reason: str, fix: str | None = None) -> LoginRefused:
+        return LoginRefused(f"cannot run {program} on {self.host}: {reason}", reason,
+                            fix=fix or f"check that `ssh {self.host}` works with the profile's login settings")
 
     def _ssh_settings(self) -> Any:
         if self.settings is None:

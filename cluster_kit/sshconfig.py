@@ -241,3 +241,9 @@ def _expand_all(paths: Any) -> tuple[str, ...]:
 
 def _yes(value: Any) -> bool:
     return str(value).lower() in ("yes", "true")
+
+
+def unresolved_fix(hostname: str, where: str = "this machine") -> str:
+    """What to do about a node name that does not resolve (on this machine or a jump host)."""
+    return (f"{hostname} does not resolve on {where}: check the name's spelling, its DNS entry or "
+            "/etc/hosts line, or give it a HostName in the ssh_config (ssh.config_file)")

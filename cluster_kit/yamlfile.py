@@ -19,6 +19,7 @@ from typing import Any, TypeVar, Union
 import yaml
 
 from cluster_kit.errors import InputError
+from cluster_kit.yamlhints import hint
 
 KeyPath = tuple[Union[str, int], ...]  # noqa: UP007 - evaluated at runtime on 3.9
 _T = TypeVar("_T")
@@ -125,7 +126,7 @@ def loads(text: str, path: str | Path = "<string>") -> YamlDoc:
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
-        raise _yaml_error(path, exc) from None
+        raise _yaml_error(path, exc, text) from None
     except yaml.YAMLError as exc:
         raise YamlError(path, 1, str(exc), fix="fix the YAML syntax") from None
     finally:
@@ -142,7 +143,7 @@ def loads(text: str, path: str | Path = "<string>") -> YamlDoc:
     return YamlDoc(path=path, data=data, lines=lines)
 
 
-def _yaml_error(path: Path, exc: yaml.MarkedYAMLError) -> YamlError:
+def _yaml_error(path: Path, exc: yaml.MarkedYAMLError, text: str) -> YamlError:
     mark = exc.problem_mark or exc.context_mark
     line = mark.line + 1 if mark is not None else 1
     problem = exc.problem or "invalid YAML"
@@ -150,8 +151,10 @@ def _yaml_error(path: Path, exc: yaml.MarkedYAMLError) -> YamlError:
         started = exc.context_mark.line + 1 if exc.context_mark is not None else line
         where = f" started on line {started}" if started != line else ""
         problem = f"{problem} ({exc.context}{where})"
-    fix = ("remove or rename one of the two keys" if "duplicate key" in problem
-           else "fix the YAML syntax (indentation, quotes, `key: value`)")
+    if "duplicate key" in problem:
+        fix = "remove or rename one of the two keys"
+    else:
+        fix = hint(text, line, problem) or "fix the YAML syntax (indentation, quotes, `key: value`)"
     return YamlError(path, line, problem, fix=fix)
 
 

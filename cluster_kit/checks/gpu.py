@@ -48,7 +48,13 @@ def check_count(facts: Facts, expected: Any) -> Finding:
     seen = len(gpus(facts))
     if seen == int(expected):
         return passed("gpu.count", f"nvidia-smi sees {plural(seen, 'GPU')}")
-    return failed("gpu.count", f"nvidia-smi sees {plural(seen, 'GPU')}, expected {expected} (expect.gpus_per_node)",
+    message = f"nvidia-smi sees {plural(seen, 'GPU')}, expected {expected} (expect.gpus_per_node)"
+    if seen > int(expected):
+        return failed("gpu.count", message,
+                      f"the node has more GPUs than expect.gpus_per_node: if it is meant to have {seen}, "
+                      f"set expect.gpus_per_node: {seen} in the profile; if it is meant to have {expected}, "
+                      "this is another kind of node: keep it out of the profile's nodes (or slurm.constraint)")
+    return failed("gpu.count", message,
                   "a GPU is missing or hidden: compare `nvidia-smi -L` with `lspci | grep -i nvidia`, look for "
                   "Xid / fallen-off-the-bus errors in dmesg; drain the node until it is fixed")
 

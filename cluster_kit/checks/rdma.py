@@ -120,17 +120,22 @@ def is_active(ref: PortRef) -> bool:
 
 
 def nccl_ib_hca(refs: list[PortRef]) -> str:
-    """The NCCL_IB_HCA value (exact match) that names these ports."""
+    """The NCCL_IB_HCA value (exact match) that names these ports: "=mlx5_0:1,mlx5_1:1"."""
     return "=" + ",".join(ref.name for ref in refs)
 
 
+def ib_hca_setting(refs: list[PortRef]) -> str:
+    """The profile line that selects these ports, with the NCCL_IB_HCA it renders to."""
+    return (f"network.ib_hca: [{', '.join(ref.name for ref in refs)}] "
+            f"(the job then gets NCCL_IB_HCA=\"{nccl_ib_hca(refs)}\")")
+
+
 def use_instead(selection: Selection, bad: list[PortRef], good: list[PortRef]) -> str:
-    """The "or drop X from network.ib_hca (NCCL_IB_HCA==...)" part of a fix."""
+    """The "or drop X from network.ib_hca, leaving network.ib_hca: [...]" part of a fix."""
     if not good:
         return ""
     if selection.strict:
-        return (f"; or drop {', '.join(ref.name for ref in bad)} from network.ib_hca "
-                f"(NCCL_IB_HCA={nccl_ib_hca(good)})")
+        return f"; or drop {', '.join(ref.name for ref in bad)} from network.ib_hca, leaving {ib_hca_setting(good)}"
     return f"; or list only the working ports: network.ib_hca: [{', '.join(ref.name for ref in good)}]"
 
 
@@ -160,7 +165,7 @@ def check_hca_present(facts: Facts, selection: Selection) -> Finding:
     if not working:
         working = [ref for hca in hca_facts(facts) for ref in all_ports(hca_facts(facts), hca) if is_active(ref)]
     fix = ("check the card and its driver (`lspci | grep -i mellanox`, `dmesg | grep mlx5`)"
-           + (f"; or use what is present: NCCL_IB_HCA={nccl_ib_hca(working)}" if working else ""))
+           + (f"; or use what is present: {ib_hca_setting(working)}" if working else ""))
     return failed("rdma.hca_present", f"{', '.join(selection.missing)} of network.ib_hca "
                   f"{'is' if len(selection.missing) == 1 else 'are'} missing (present: {present})", fix)
 

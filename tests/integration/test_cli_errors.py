@@ -33,6 +33,7 @@ def write_job(folder: Path, profile: dict[str, Any]) -> Path:
     write_yaml(folder / "profile.yaml", profile)
     job = folder / "job.yaml"
     job.write_text("profile: ./profile.yaml\nscript: train.py\nnodes: 1\ntime: '00:01:00'\n")
+    (folder / "train.py").write_text("print('training')\n")
     return job
 
 
@@ -41,10 +42,11 @@ def test_submit_through_an_unreachable_login_host_exits_3(dev_cluster: Any, tmp_
     job = write_job(tmp_path, {"name": "far", "login": login, "slurm": {"partition": "debug"}})
     line = one_error(clusterkit(dev_cluster, "submit", "--no-preflight", str(job), cwd=tmp_path,
                                 timeout=CLI_TIMEOUT), 3)
-    assert line == "clusterkit: error: cannot run sbatch on refuse: connection refused (refuse port 22)"
-    # with the preflight, the node list comes from sinfo on the same login host
+    # the first thing asked of the login host is whether the job's script is there
+    assert line == (f"clusterkit: error: cannot look for the job's script {tmp_path}/train.py on refuse: "
+                    "connection refused (refuse port 22)")
     line = one_error(clusterkit(dev_cluster, "submit", str(job), cwd=tmp_path, timeout=CLI_TIMEOUT), 3)
-    assert "cannot run sinfo on refuse: connection refused" in line
+    assert "on refuse: connection refused" in line
 
 
 def test_status_and_cancel_of_an_unknown_job_exit_3(dev_cluster: Any, tmp_path: Path) -> None:

@@ -104,7 +104,7 @@ def test_an_impossible_request_exits_3_with_slurms_message(shape: dict[str, int]
                                                            dev_cluster: Any, tmp_path: Path) -> None:
     job = write_yaml(tmp_path / "too-big.yaml", {
         "name": "ck-too-big", "profile": "local-dev", **shape, "time": "00:01:00",
-        "script": "examples/train_ddp.py", "output": f"{tmp_path}/%x-%j.out", "preflight": False})
+        "script": str(REPO / "examples" / "train_ddp.py"), "output": f"{tmp_path}/%x-%j.out", "preflight": False})
     done = clusterkit(dev_cluster, "submit", str(job), "--no-preflight", *flags)
     assert done.returncode == 3, done.stdout + done.stderr
     assert done.stdout == ""
@@ -119,7 +119,7 @@ def test_dry_run_prints_the_sbatch_command_and_script_and_submits_nothing(
         dev_cluster: Any, tmp_path: Path) -> None:
     name = f"ck-dry-{tmp_path.name}"
     job = yaml.safe_load((REPO / DDP_EXAMPLES["srun"]).read_text())
-    job.update(name=name, script=str(REPO / job["script"]), output=f"{tmp_path}/%x-%j.out")
+    job.update(name=name, script=str(REPO / "examples" / job["script"]), output=f"{tmp_path}/%x-%j.out")
     job_file = write_yaml(tmp_path / "dry.yaml", job)
 
     done = clusterkit(dev_cluster, "submit", str(job_file), "--dry-run")

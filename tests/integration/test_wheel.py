@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = ["cluster_kit", "templates", "profiles", "setup.cfg", "pyproject.toml", "README.md"]
-BUILT_IN_PROFILES = {"base", "ib-ndr", "local-dev", "roce-v2", "tcp-only"}
+BUILT_IN_PROFILES = {"base", "dev-nodes", "ib-ndr", "local-dev", "roce-v2", "tcp-only"}
 
 
 def run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -68,6 +68,7 @@ def test_profiles_list_finds_the_built_ins_in_the_wheel(installed: tuple[Path, P
 def test_render_outside_the_checkout_uses_the_wheels_templates(
         installed: tuple[Path, Path, dict[str, str]]) -> None:
     clusterkit, work, env = installed
+    shutil.copy2(REPO / "examples" / "train_ddp.py", work / "train_ddp.py")  # the jobs' script
     for example in ("cpu-ddp.yaml", "gpu-ddp.yaml"):  # gpu-ddp embeds the in-job preflight
         shutil.copy2(REPO / "examples" / example, work / example)
         script = run([str(clusterkit), "render", example, "-o", "job.sbatch"], work, env)
@@ -78,7 +79,7 @@ def test_render_outside_the_checkout_uses_the_wheels_templates(
     shown = run([str(clusterkit), "profiles", "show", "local-dev"], work, env).stdout
     assert shown.startswith(f"# {site_packages(clusterkit) / 'cluster_kit' / 'profiles' / 'local-dev.yaml'}\n")
     # where templates are searched: the wheel's folder, never the checkout's
-    (work / "job.yaml").write_text("profile: local-dev\nscript: t.py\nnodes: 1\ntemplate: nosuch\n")
+    (work / "job.yaml").write_text("profile: local-dev\nscript: train_ddp.py\nnodes: 1\ntemplate: nosuch\n")
     done = subprocess.run([str(clusterkit), "render", "job.yaml"], cwd=work, env=env, capture_output=True,
                           text=True, timeout=60, check=False)
     assert done.returncode == 2 and "Traceback" not in done.stderr

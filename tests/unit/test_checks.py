@@ -108,6 +108,15 @@ def test_gpu_count_fails_with_the_number_seen() -> None:
     assert finding(load("ib-ok"), IB_PROFILE, "gpu.count").message == "nvidia-smi sees 8 GPUs"
 
 
+def test_more_gpus_than_expected_points_at_the_profile_not_a_lost_gpu() -> None:
+    profile = with_settings(IB_PROFILE, expect={"gpus_per_node": 4})
+    f = finding(load("ib-ok"), profile, "gpu.count")
+    assert (f.status, f.message) == ("fail", "nvidia-smi sees 8 GPUs, expected 4 (expect.gpus_per_node)")
+    assert "missing or hidden" not in f.fix
+    assert f.fix.startswith("the node has more GPUs than expect.gpus_per_node: ")
+    assert "set expect.gpus_per_node: 8 in the profile" in f.fix
+
+
 def test_gpu_model_substring() -> None:
     assert finding(load("ib-ok"), IB_PROFILE, "gpu.model").status == "pass"
     f = finding(load("ib-ok"), with_settings(IB_PROFILE, expect={"gpu_model": "A100"}), "gpu.model")
@@ -222,8 +231,9 @@ def test_port_down_polling() -> None:
     f = finding(load("ib-portdown"), IB_PROFILE, "rdma.port_state")
     assert (f.status, f.message) == ("fail", "mlx5_3 port 1 is DOWN (phys_state 2: Polling)")
     assert f.fix == ("mlx5_3:1 has no link partner: check the cable and the switch port "
-                     "(`ibstat mlx5_3 1`, `mlxlink -d mlx5_3 -p 1`); or drop mlx5_3:1 from network.ib_hca "
-                     "(NCCL_IB_HCA==mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1)")
+                     "(`ibstat mlx5_3 1`, `mlxlink -d mlx5_3 -p 1`); or drop mlx5_3:1 from network.ib_hca, leaving network.ib_hca: "
+                     "[mlx5_0:1, mlx5_1:1, mlx5_2:1, mlx5_4:1, mlx5_5:1, mlx5_6:1, mlx5_7:1] (the job then gets "
+                     'NCCL_IB_HCA="=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1")')
 
 
 def test_port_disabled_and_init_get_their_own_fix() -> None:
@@ -259,8 +269,10 @@ def test_missing_hca_lists_what_is_present_and_a_working_nccl_ib_hca() -> None:
     assert f.status == "fail"
     assert f.message == ("mlx5_3 of network.ib_hca is missing "
                          "(present: mlx5_0, mlx5_1, mlx5_2, mlx5_4, mlx5_5, mlx5_6, mlx5_7)")
-    assert f.fix.endswith("; or use what is present: "
-                          "NCCL_IB_HCA==mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1")
+    assert f.fix.endswith("; or use what is present: network.ib_hca: "
+                          "[mlx5_0:1, mlx5_1:1, mlx5_2:1, mlx5_4:1, mlx5_5:1, mlx5_6:1, mlx5_7:1] (the job "
+                          'then gets NCCL_IB_HCA="=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1")')
+    assert "==" not in f.fix
 
 
 def test_missing_port_of_a_present_hca() -> None:

@@ -56,6 +56,8 @@ def files(tmp_path: Path) -> Path:
     write(tmp_path / "inject.yaml",
           'name: x\nslurm:\n  account: "proj\\n#SBATCH --qos=high"\n  partition: gpu$(reboot)\n')
     write(tmp_path / "badnodes.yaml", "name: x\nnodes: gpu[01-\n")
+    write(tmp_path / "train.py", "print('training')\n")
+    write(tmp_path / "t.py", "print('training')\n")
     write(tmp_path / "job.yaml", JOB)
     write(tmp_path / "nl-job.yaml", JOB + 'name: "a\\nb"\n')
     write(tmp_path / "subst-job.yaml", JOB + "output: logs/$(id).out\n")
@@ -101,7 +103,7 @@ def test_validate_good_file_passes(files: Path) -> None:
 
 @pytest.mark.parametrize("args, expected", [
     (["render", "nosuch.yaml"], "'JOB_FILE': File 'nosuch.yaml' does not exist"),
-    (["render", "template-job.yaml"], "template 'nosuch.j2' not found"),
+    (["render", "template-job.yaml"], "template-job.yaml:4: template: no template 'nosuch' on the search path"),
     (["render", "job.yaml", "-o", "missing-dir/job.sbatch"], "-o missing-dir/job.sbatch: cannot write"),
     (["profiles", "show", "nosuch"], "no profile 'nosuch' on the search path"),
     (["preflight", "--profile", "./nope.yaml"], "no profile file nope.yaml"),

@@ -118,12 +118,16 @@ def test_bad_job_reports_every_problem_at_once(search: SearchPath) -> None:
     assert caught.value.problems == BAD_JOB
 
 
+DUPLICATE = "duplicate key 'partition' (first defined on line 3); remove or rename one of the two keys"
+
+
 @pytest.mark.parametrize(("name", "line", "message"), [
     ("bad-yaml.yaml", 4, ("expected ',' or ']', but got ':' (while parsing a flow sequence "
-                         "started on line 3)")),
-    ("duplicate.yaml", 5, "duplicate key 'partition' (first defined on line 3)"),
-    ("empty.yaml", 1, "the file is empty"),
-    ("list-top.yaml", 1, "the top level is a list, not a mapping"),
+                         "started on line 3); a [ or { is not closed: close it on its line, e.g. "
+                         "[a, b], or write one `- item` (or `key: value`) per line")),
+    ("duplicate.yaml", 5, DUPLICATE),
+    ("empty.yaml", 1, "the file is empty; write a mapping of keys, e.g. `name: mycluster`"),
+    ("list-top.yaml", 1, "the top level is a list, not a mapping; write `key: value` lines at the top level"),
 ])
 def test_unreadable_yaml_is_one_problem_with_its_line(search: SearchPath, name: str,
                                                        line: int, message: str) -> None:
@@ -161,7 +165,7 @@ def test_missing_parent_names_the_extends_line(search: SearchPath) -> None:
 
 def test_problems_of_several_files_come_in_file_order(search: SearchPath) -> None:
     lines = validate_files([DATA / "duplicate.yaml", DATA / "bad-job.yaml"], search)
-    assert lines == [at("duplicate.yaml", 5, "duplicate key 'partition' (first defined on line 3)"),
+    assert lines == [at("duplicate.yaml", 5, DUPLICATE),
                      *BAD_JOB]
 
 
@@ -260,7 +264,7 @@ def test_effective_settings(search: SearchPath) -> None:
         "gpus_per_node": 8,
         "ntasks_per_node": 8,
         "launcher": "srun",
-        "script": "train.py",
+        "script": str(DATA / "train.py"),  # no workdir: relative to the job file's folder
         "args": [],
         "workdir": None,
         "output": None,

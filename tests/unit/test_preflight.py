@@ -152,3 +152,21 @@ def test_injob_bundle_passes_when_every_node_passes(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-I", str(bundle), str(tmp_path / "facts.jsonl"), "n1"],
                           capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False)
     assert (done.returncode, done.stderr.strip()) == (0, "clusterkit preflight: n1: pass")
+
+
+def test_an_unresolvable_name_says_so_instead_of_blaming_sshd() -> None:
+    error = "hostname does not resolve (gpu0x1: Name or service not known)"
+    results = {"gpu0x1": HostResult("gpu0x1", False, None, "", "", error, 0.01)}
+    report, _ = run_preflight(list(results), PROFILE, fan_out_of(results))
+    check = report["nodes"][0]["checks"][0]
+    assert (check["id"], check["status"], check["message"]) == ("ssh.reachable", "unreachable", error)
+    assert "sshd" not in check["fix"]
+    assert check["fix"].startswith("gpu0x1 does not resolve on this machine: ")
+    assert "DNS" in check["fix"] and "/etc/hosts" in check["fix"] and "HostName" in check["fix"]
+
+
+def test_the_fix_the_ssh_step_named_wins() -> None:
+    results = {"n1": HostResult("n1", False, None, "", "", "host key verification failed: x", 0.01,
+                                fix="run this once")}
+    report, _ = run_preflight(list(results), PROFILE, fan_out_of(results))
+    assert report["nodes"][0]["checks"][0]["fix"] == "run this once"

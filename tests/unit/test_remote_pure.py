@@ -156,19 +156,34 @@ def test_messages_name_the_host_the_fingerprints_and_the_fix() -> None:
     offered = kh.describe_key(ED, BLOB2)
     unknown = kh.problem_message(kh.Verdict("unknown"), "[gpu001]:2222", offered, store, "gpu001", 2222)
     assert unknown.startswith("host key verification failed: [gpu001]:2222 is not in")
-    assert KEY2_FP in unknown and "accept-new" in unknown
-    assert "`ssh-keyscan -H -p 2222 gpu001 >> /home/a/.ssh/known_hosts`" in unknown
+    assert KEY2_FP in unknown
+    unknown_fix = kh.problem_fix(kh.Verdict("unknown"), "[gpu001]:2222", store, "gpu001", 2222)
+    assert "`ssh-keyscan -H -p 2222 gpu001 >> /home/a/.ssh/known_hosts`" in unknown_fix
+    assert "accept-new" in unknown_fix
     old = kh.parse_line(f"gpu001 {ED} {KEY1}", "/home/a/.ssh/known_hosts:7")
     changed = kh.problem_message(kh.Verdict("changed", old), "gpu001", offered, store, "gpu001", 22)
     assert "REMOTE HOST IDENTIFICATION HAS CHANGED for gpu001" in changed
     assert KEY1_FP in changed and KEY2_FP in changed and "known_hosts:7" in changed
-    assert "ssh-keygen -f /home/a/.ssh/known_hosts -R 'gpu001'" in changed
     assert "\n" not in unknown + changed
+
+
+def test_changed_key_says_its_fix_once_with_the_commands() -> None:
+    store = kh.KnownHosts(["/home/a/.ssh/known_hosts"])
+    old = kh.parse_line(f"gpu001 {ED} {KEY1}", "/home/a/.ssh/known_hosts:7")
+    verdict = kh.Verdict("changed", old)
+    message = kh.problem_message(verdict, "gpu001", kh.describe_key(ED, BLOB2), store, "gpu001", 22)
+    fix = kh.problem_fix(verdict, "gpu001", store, "gpu001", 22)
+    # the message says what happened, the fix what to do: nothing of the fix in the message
+    assert "verify" not in message and "ssh-keygen" not in message and "ssh-keyscan" not in message
+    assert fix.count("verify") == 1
+    assert fix == ("verify the new fingerprint out of band, then replace the old key: "
+                   "`ssh-keygen -R 'gpu001' -f /home/a/.ssh/known_hosts` and "
+                   "`ssh-keyscan -H gpu001 >> /home/a/.ssh/known_hosts`")
 
 
 def test_alias_fix_files_the_key_under_the_alias() -> None:
     store = kh.KnownHosts(["/kh"])
-    text = kh.problem_message(kh.Verdict("unknown"), "bmc-alias", "k", store, "10.0.0.9", 22)
+    text = kh.problem_fix(kh.Verdict("unknown"), "bmc-alias", store, "10.0.0.9", 22)
     assert "ssh-keyscan 10.0.0.9 | sed 's/^[^ ]*/bmc-alias/' >> /kh" in text
 
 
