@@ -25,6 +25,9 @@ PER_NODE_FACTS: tuple[str, ...] = (
     r"rdma\.[^.]+\.[^.]+\.lid",
     r"rdma\.[^.]+\.[^.]+\.gid\.\d+",
     r"net\..+\.address",
+    # Error counters grow on their own; audit shows their growth since a baseline instead.
+    r"rdma\.[^.]+\.[^.]+\.counters\..+",
+    r"xid\.count",
 )
 _PER_NODE = re.compile("|".join(f"(?:{pattern})" for pattern in PER_NODE_FACTS))
 
@@ -32,6 +35,14 @@ PORT_KEYS = ("state", "phys_state", "rate", "link_layer", "lid", "sm_lid")
 HCA_KEYS = ("fw_ver", "board_id", "hca_type", "node_guid", "sys_image_guid")
 NET_KEYS = ("operstate", "carrier", "mtu", "speed", "address")
 GPU_KEYS = ("name", "uuid", "pci_bus_id", "memory_total")
+# Health facts that hold still on a healthy GPU (temperature, clock reasons and the
+# idle PCIe generation change by the minute and would drown baselines in noise).
+GPU_HEALTH_KEYS = ("persistence_mode", "ecc_mode_current", "ecc_errors_uncorrected_volatile_total",
+                   "ecc_errors_uncorrected_aggregate_total", "retired_pages_pending",
+                   "remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending",
+                   "remapped_rows_failure", "pcie_link_gen_max", "pcie_link_width_current",
+                   "pcie_link_width_max")
+NOT_REPORTED = ("[N/A]", "N/A", "[Not Supported]")
 TORCH_KEYS = ("version", "cuda", "nccl", "cuda_available", "device_count", "distributed_nccl")
 ZERO_GID = re.compile(r"^[0:]+$")
 
@@ -85,6 +96,8 @@ def flatten_gpu(flat: FlatFacts, gpu: Mapping[str, Any]) -> None:
     put(flat, "gpu.cuda", gpu.get("cuda"))
     for position, one in enumerate(gpus):
         put_keys(flat, f"gpu.{one.get('index', position)}", one, GPU_KEYS)
+        reported = {key: one.get(key) for key in GPU_HEALTH_KEYS if one.get(key) not in NOT_REPORTED}
+        put_keys(flat, f"gpu.{one.get('index', position)}", reported, GPU_HEALTH_KEYS)
 
 
 def flatten_nccl(flat: FlatFacts, nccl: Mapping[str, Any]) -> None:
@@ -95,6 +108,8 @@ def flatten_nccl(flat: FlatFacts, nccl: Mapping[str, Any]) -> None:
 def flatten_port(flat: FlatFacts, prefix: str, port: Mapping[str, Any]) -> None:
     """rdma.<hca>.<port>.{state,...} and its populated GIDs (gid.<i>, .type, .ndev)."""
     put_keys(flat, prefix, port, PORT_KEYS)
+    for name, count in mapping(port.get("counters")).items():
+        put(flat, f"{prefix}.counters.{name}", count)
     types, ndevs = mapping(port.get("gid_types")), mapping(port.get("gid_ndevs"))
     for index, gid in mapping(port.get("gids")).items():
         if ZERO_GID.match(str(gid)) and index not in types:
@@ -113,6 +128,12 @@ def flatten_rdma(flat: FlatFacts, rdma: Mapping[str, Any]) -> None:
         put_keys(flat, f"rdma.{name}", hca, HCA_KEYS)
         for number, port in mapping(hca.get("ports")).items():
             flatten_port(flat, f"rdma.{name}.{number}", mapping(port))
+
+
+def flatten_xid(flat: FlatFacts, xid: Mapping[str, Any]) -> None:
+    """xid.source (dmesg | journal) and xid.count (Xid lines the log holds)."""
+    put(flat, "xid.source", xid.get("source"))
+    put(flat, "xid.count", xid.get("total"))
 
 
 def flatten_net(flat: FlatFacts, net: Mapping[str, Any]) -> None:
@@ -149,7 +170,7 @@ def flatten_torch(flat: FlatFacts, torch: Mapping[str, Any]) -> None:
 
 # One flattener per probe section, in the order the flat facts are built.
 FLATTENERS = {
-    "os": flatten_os, "gpu": flatten_gpu, "nccl": flatten_nccl, "rdma": flatten_rdma, "net": flatten_net,
+    "os": flatten_os, "gpu": flatten_gpu, "xid": flatten_xid, "nccl": flatten_nccl, "rdma": flatten_rdma, "net": flatten_net,
     "peermem": flatten_peermem, "memlock": flatten_memlock, "iommu": flatten_iommu, "torch": flatten_torch,
 }
 SECTIONS = tuple(FLATTENERS)
