@@ -52,7 +52,7 @@ GPU_HEALTH_FIELDS = (
 EVENT_PREFIX = "clocks_event_reasons."
 THROTTLE_PREFIX = "clocks_throttle_reasons."  # the same fields' names before driver 535
 CLOCK_REASON_FIELDS = ("active",)
-REMAPPED_ROWS_FIELDS = ("gpu_bus_id", "remapped_rows.correctable", "remapped_rows.uncorrectable",
+REMAPPED_ROWS_FIELDS = ("gpu_bus_id", "gpu_uuid", "remapped_rows.correctable", "remapped_rows.uncorrectable",
                         "remapped_rows.pending", "remapped_rows.failure")
 INVALID_FIELD = re.compile(r'Field "([^"]+)" is not a valid field to query')
 PORT_ATTRS = ("state", "phys_state", "rate", "link_layer", "lid", "sm_lid")
@@ -269,17 +269,17 @@ def health_query_facts(fields: Tuple[str, ...], refused: List[str]) -> Facts:
     if refused:
         facts["refused_fields"] = refused
     if fields == GPU_QUERY_FIELDS:
-        facts["health_error"] = "nvidia-smi refused the health fields: " + ", ".join(refused)
+        facts["health_error"] = "nvidia-smi refused the health fields: " + ", ".join(sorted(set(refused)))
     return facts
 
 
 def parse_remapped_rows(text: str) -> Dict[str, Dict[str, str]]:
     """{pci bus id: {remapped_rows_*: value}} from `--query-remapped-rows=<REMAPPED_ROWS_FIELDS>`."""
-    keys = [field.replace(".", "_") for field in REMAPPED_ROWS_FIELDS[1:]]
+    keys = [field.replace(".", "_") for field in REMAPPED_ROWS_FIELDS[2:]]
     rows = {}
     for row in csv.reader(io.StringIO(text), skipinitialspace=True):
         if len(row) == len(REMAPPED_ROWS_FIELDS):
-            rows[row[0].strip()] = dict(zip(keys, (value.strip() for value in row[1:])))
+            rows[row[0].strip()] = dict(zip(keys, (value.strip() for value in row[2:])))
     return rows
 
 
@@ -548,7 +548,8 @@ def dmesg_xids() -> Tuple[Optional[List[Facts]], str]:
     code, out, err = run_command([exe])
     uptime = read_uptime()
     if code != 0 or uptime is None:
-        return None, "dmesg: " + ((err.strip() or out.strip()) if code else "no /proc/uptime")
+        said = (err.strip() or out.strip() or f"exit code {code}") if code else "no /proc/uptime"
+        return None, said if said.startswith("dmesg") else "dmesg: " + said
     return parse_dmesg_xids(out, uptime), ""
 
 

@@ -185,10 +185,10 @@ def check_pcie_link(facts: Facts, gpus: list[Mapping[str, Any]]) -> Finding:
         return problem
     narrow = narrow_links(gpus)
     if narrow:
-        buses = " ".join(str(gpu.get("pci_bus_id", "")) for gpu in gpus if narrow_links([gpu]))
+        slot = bus_key(str(next(gpu for gpu in gpus if narrow_links([gpu])).get("pci_bus_id", "")))
         return failed("gpu.pcie_link", "; ".join(narrow),
                       f"the link trained at a reduced width: reseat the GPU and check its riser, cable and slot "
-                      f"(`lspci -vv -s <bus>` LnkSta against LnkCap shows it; bus {buses}); {DRAIN} until fixed")
+                      f"(`lspci -vv -s {slot}` shows LnkSta below LnkCap); {DRAIN} until fixed")
     slow = slow_busy_links(gpus)
     if slow:
         return warned("gpu.pcie_link", "; ".join(slow),

@@ -20,6 +20,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,7 @@ def gpu_rows(count: int, driver: str, health: dict[int, dict[str, str]]) -> list
         row.update(HEALTHY)
         row.update(health.get(i, {}))
         row["clocks_throttle_reasons.active"] = row["clocks_event_reasons.active"]
-        row["gpu_bus_id"] = row["pci.bus_id"]
+        row["gpu_bus_id"], row["gpu_uuid"] = row["pci.bus_id"], row["uuid"]
         rows.append(row)
     return rows
 
@@ -702,3 +703,83 @@ def test_probe_is_python36_compatible_per_vermin() -> None:
     result = subprocess.run([str(vermin), "-q", "-t=3.6-", "--no-tips", "--violations", str(PROBE)],
                             check=False, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ---------------------------------------------------------------- gpu health, xid, port counters
+
+def test_health_fields_come_from_the_one_widened_query(tmp_path: Path) -> None:
+    gpu = probe_scenario(tmp_path, "gpu-x8")["gpu"]
+    assert (gpu["gpus"][5]["pcie_link_width_current"], gpu["gpus"][5]["pcie_link_width_max"]) == ("8", "16")
+    assert gpu["gpus"][4]["pcie_link_width_current"] == "16"
+    assert "refused_fields" not in gpu
+
+
+def test_a_driver_before_535_is_asked_again_with_the_throttle_names(tmp_path: Path) -> None:
+    gpu = probe_scenario(tmp_path, "gpu-powercap")["gpu"]
+    assert gpu["refused_fields"] == ["clocks_event_reasons.active"]
+    assert gpu["clock_reasons_field"] == "clocks_throttle_reasons.active"
+    assert {g["clocks_event_reasons_active"] for g in gpu["gpus"]} == {"0x0000000000000004"}
+
+
+def test_a_driver_refusing_every_health_field_still_lists_its_gpus(tmp_path: Path) -> None:
+    build_node(tmp_path, replace(ib_ok(), smi_knows="none"))
+    gpu = run_probe(tmp_path, memlock_kib=64)["gpu"]
+    assert gpu["status"] == "ok" and len(gpu["gpus"]) == 8
+    assert set(gpu["gpus"][0]) == {"index", "name", "uuid", "driver_version", "memory_total", "pci_bus_id"}
+    assert gpu["health_error"] == "nvidia-smi refused the health fields: persistence_mode"
+    assert gpu["clock_reasons_field"] is None
+
+
+def test_remapped_rows_are_merged_by_bus_id_and_a_refusal_is_a_fact(tmp_path: Path) -> None:
+    gpu = probe_scenario(tmp_path, "gpu-ecc")["gpu"]
+    assert (gpu["gpus"][2]["remapped_rows_pending"], gpu["gpus"][2]["remapped_rows_uncorrectable"]) == ("Yes", "1")
+    assert gpu["gpus"][1]["remapped_rows_pending"] == "No"
+    build_node(tmp_path / "old", replace(ib_ok(), remapped_rows=False))
+    old = run_probe(tmp_path / "old", memlock_kib=64)["gpu"]
+    assert old["status"] == "ok"
+    assert old["remapped_rows_error"] == "Invalid combination of input arguments."
+    assert "remapped_rows_pending" not in old["gpus"][0]
+
+
+def test_xid_events_from_dmesg_carry_their_age_and_bus(tmp_path: Path) -> None:
+    xid = probe_scenario(tmp_path, "gpu-xid")["xid"]
+    assert (xid["status"], xid["source"], xid["total"]) == ("ok", "dmesg", 2)
+    assert xid["events"] == [
+        {"xid": 13, "pci": "0000:3a:00", "age_s": 300.0, "text": XID_13.split("13, ", 1)[1]},
+        {"xid": 79, "pci": "0000:2a:00", "age_s": 600.0,
+         "text": "pid=48213, name=python, GPU has fallen off the bus."}]
+
+
+def test_denied_dmesg_falls_back_to_the_journal(tmp_path: Path) -> None:
+    now = int(time.time())
+    journal = f"{now - 120}.000000 gpu001 kernel: {XID_79}\n{now - 60}.500000 gpu001 kernel: eth0: link up"
+    build_node(tmp_path, replace(ib_ok(), dmesg=None, journal=journal))
+    xid = run_probe(tmp_path, memlock_kib=64)["xid"]
+    assert (xid["status"], xid["source"], xid["lookback_s"]) == ("ok", "journal", 7 * 86400)
+    assert [(e["xid"], e["pci"]) for e in xid["events"]] == [(79, "0000:2a:00")]
+    assert 110 <= xid["events"][0]["age_s"] <= 180
+
+
+def test_an_unreadable_kernel_log_is_an_error_fact_naming_both_sources(tmp_path: Path) -> None:
+    build_node(tmp_path, replace(ib_ok(), dmesg=None))
+    xid = run_probe(tmp_path, memlock_kib=64)["xid"]
+    assert xid == {"status": "error", "error": f"kernel log unreadable: {DMESG_DENIED}; "
+                   "journalctl not found on PATH"}
+
+
+def test_journal_without_permission_counts_as_unreadable(tmp_path: Path) -> None:
+    build_node(tmp_path, replace(ib_ok(), dmesg=None, journal=""))
+    hint = ("Hint: You are currently not seeing messages from other users and the system.\n"
+            "      Users in groups 'adm', 'systemd-journal' can see all messages.")
+    executable(tmp_path / "bin/journalctl", f"printf '%s\\n' {shlex.quote(hint)} >&2\n")
+    xid = run_probe(tmp_path, memlock_kib=64)["xid"]
+    assert xid["status"] == "error" and "journalctl: Hint: You are currently not seeing" in xid["error"]
+
+
+def test_port_error_counters_are_read_and_others_left_out(tmp_path: Path) -> None:
+    hcas = probe_scenario(tmp_path, "ib-flap")["rdma"]["hcas"]
+    assert hcas["mlx5_1"]["ports"]["1"]["counters"] == dict(
+        {name: "0" for name in probe.PORT_ERROR_COUNTERS}, link_downed="37", link_error_recovery="112",
+        symbol_error="4021")
+    build_node(tmp_path / "bare", ib_with(0, counters=None))
+    assert run_probe(tmp_path / "bare", memlock_kib=64)["rdma"]["hcas"]["mlx5_0"]["ports"]["1"]["counters"] == {}
