@@ -10,12 +10,14 @@ import copy
 import importlib.util
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cluster_kit import audit, facts, probe
+from cluster_kit import audit, facts, injob, probe
 from cluster_kit.checks import Finding, evaluate, gpu_health
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -267,3 +269,25 @@ def test_audit_changes_show_counter_growth_since_the_baseline() -> None:
     assert grown == {"rdma.mlx5_1.1.counters.link_downed": 37, "rdma.mlx5_1.1.counters.link_error_recovery": 112,
                      "rdma.mlx5_1.1.counters.symbol_error": 4021}
     assert "rdma.mlx5_1.1.counters.link_downed 0 -> 37 (+37) on gpu007" in audit.summarize_changes(changes)
+
+
+# ---------------------------------------------------------------- in-job preflight
+
+def test_injob_bundle_runs_the_same_health_checks(tmp_path: Path) -> None:
+    """The zip app the sbatch script embeds fails the Xid node and passes the power-capped one."""
+    bundle = tmp_path / "checks.pyz"
+    bundle.write_bytes(injob.build_bundle(PROFILE))
+    lines = []
+    for node, name in (("n1", "gpu-powercap"), ("n2", "gpu-xid"), ("n3", "ib-flap")):
+        data = load(name)
+        data["slurm_node"] = node
+        lines.append(json.dumps(data))
+    (tmp_path / "facts.jsonl").write_text("\n".join(lines) + "\n")
+    done = subprocess.run([sys.executable, "-I", str(bundle), str(tmp_path / "facts.jsonl"), "n1", "n2", "n3"],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False)
+    assert done.returncode == 1
+    assert "clusterkit preflight: n1: pass" in done.stderr
+    assert "clusterkit preflight: n2: fail" in done.stderr
+    assert "gpu.xid: Xid 79 on GPU 1 (00000000:2A:00.0)" in done.stderr
+    assert "clusterkit preflight: n3: fail" in done.stderr
+    assert "rdma.port_errors: mlx5_1 port 1: symbol_error 4021" in done.stderr
