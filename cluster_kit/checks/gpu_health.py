@@ -315,5 +315,10 @@ def check(facts: Facts, profile: Profile) -> list[Finding]:
     if not gpus or not any(expect.get(key) is not None for key in GPU_EXPECTATIONS):
         return []
     window = expect.get("xid_window")
-    return [check_ecc(facts, gpus), check_pcie_link(facts, gpus), check_throttle(facts, gpus),
-            check_xid(facts, gpus, window_seconds(window), str(window or "24h"))]
+    findings = [check_ecc(facts, gpus), check_pcie_link(facts, gpus), check_throttle(facts, gpus)]
+    try:
+        seconds = window_seconds(window)
+    except ValueError:
+        return [*findings, warned("gpu.xid", f"expect.xid_window {window!r} is not a duration",
+                                  "write it as seconds or with s/m/h/d, e.g. 24h")]
+    return [*findings, check_xid(facts, gpus, seconds, str(window or "24h"))]

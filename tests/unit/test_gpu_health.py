@@ -217,6 +217,8 @@ def test_xid_window_and_harmless_xids() -> None:
     assert found.message == "no Xid needing a reset in the last 5m (dmesg; other Xids: 13)"
     assert health(load("gpu-xid"))["gpu.xid"].message.endswith("(within expect.xid_window 24h)")
     assert gpu_health.window_seconds("7d") == 604800 and gpu_health.window_seconds(90) == 90
+    unvalidated = dict(PROFILE, expect=dict(PROFILE["expect"], xid_window="a day"))
+    assert health(load("gpu-xid"), unvalidated)["gpu.xid"].status == "warn"
 
 
 def test_unreadable_kernel_log_warns_with_how_to_read_it() -> None:
@@ -291,3 +293,16 @@ def test_injob_bundle_runs_the_same_health_checks(tmp_path: Path) -> None:
     assert "gpu.xid: Xid 79 on GPU 1 (00000000:2A:00.0)" in done.stderr
     assert "clusterkit preflight: n3: fail" in done.stderr
     assert "rdma.port_errors: mlx5_1 port 1: symbol_error 4021" in done.stderr
+
+
+def test_validate_names_file_line_for_bad_health_settings(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("name: p\nexpect:\n  xid_window: 2w\n  ib_error_thresholds:\n    link_downed: -1\n"
+                    "    link_flaps: 3\n")
+    done = subprocess.run([sys.executable, "-m", "cluster_kit", "validate", str(path)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    out = done.stdout + done.stderr
+    assert f"{path}:3: expect.xid_window: '2w' is not a time window" in out
+    assert f"{path}:5: expect.ib_error_thresholds.link_downed: -1 is too small; use 0 or more" in out
+    assert f"{path}:6: unknown key 'link_flaps' in expect.ib_error_thresholds; valid keys: symbol_error" in out
