@@ -60,6 +60,7 @@ UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 HEALTH_REFUSED_FIX = ("upgrade the NVIDIA driver, or read the values by hand with "
                       "`nvidia-smi -q -d ECC,PCIE,PERFORMANCE`")
 DRAIN = "drain the node (`scontrol update nodename=<node> state=drain reason=...`)"
+DRAIN_NODE, DRAIN_REASON = "nodename=<node>", "reason=..."
 
 
 # ---------------------------------------------------------------- helpers
@@ -262,11 +263,16 @@ def ago(seconds: Any) -> str:
     return f"{seconds / 60:.0f} min ago" if seconds < 5400 else f"{seconds / 3600:.1f} h ago"
 
 
+def gpu_of(event: Mapping[str, Any], gpus: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The GPU an Xid line names by its PCI bus, if nvidia-smi lists it."""
+    pci = bus_key(str(event.get("pci") or ""))
+    return next((gpu for gpu in gpus if bus_key(str(gpu.get("pci_bus_id", ""))) == pci), None)
+
+
 def describe_xid(event: Mapping[str, Any], gpus: list[Mapping[str, Any]]) -> str:
     """ "Xid 79 on GPU 1 (00000000:2A:00.0) 10 min ago: GPU has fallen off the bus."."""
-    pci = str(event.get("pci") or "")
-    where = next((label(gpu) for gpu in gpus if bus_key(str(gpu.get("pci_bus_id", ""))) == bus_key(pci)),
-                 f"PCI {pci}")
+    gpu = gpu_of(event, gpus)
+    where = label(gpu) if gpu is not None else f"PCI {event.get('pci')}"
     return f"Xid {event.get('xid')} on {where} {ago(event.get('age_s'))}: {event.get('text', '')}".rstrip(": ")
 
 
@@ -276,10 +282,12 @@ def recent_xids(xid: Mapping[str, Any], window_s: int) -> list[Mapping[str, Any]
     return [e for e in events if not isinstance(e.get("age_s"), (int, float)) or e["age_s"] <= window_s]
 
 
-def xid_fix(bad: list[Mapping[str, Any]]) -> str:
+def xid_fix(bad: list[Mapping[str, Any]], gpus: list[Mapping[str, Any]]) -> str:
     """Drain, reset, then diagnostics/RMA; with the hint for each Xid seen."""
     hints = sorted({f"Xid {e['xid']}: {XID_HINTS[e['xid']]}" for e in bad if e.get("xid") in XID_HINTS})
-    return (f"{DRAIN}; reset the GPU (`nvidia-smi -r -i <index>`) or reboot; if the Xid comes back, run "
+    found = [gpu_of(event, gpus) for event in bad]
+    indexes = ",".join(sorted({str(gpu.get("index")) for gpu in found if gpu is not None})) or "<index>"
+    return (f"{DRAIN}; reset the GPU (`nvidia-smi -r -i {indexes}`) or reboot; if the Xid comes back, run "
             "`dcgmi diag -r 3` and RMA the GPU" + (" (" + "; ".join(hints) + ")" if hints else ""))
 
 
@@ -296,7 +304,7 @@ def check_xid(facts: Facts, gpus: list[Mapping[str, Any]], window_s: int, window
     if bad:
         shown = "; ".join(describe_xid(event, gpus) for event in bad[:3])
         more = f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""
-        return failed("gpu.xid", f"{shown}{more} (within expect.xid_window {window_text})", xid_fix(bad))
+        return failed("gpu.xid", f"{shown}{more} (within expect.xid_window {window_text})", xid_fix(bad, gpus))
     other = sorted({str(event.get("xid")) for event in recent})
     note = f"; other Xids: {', '.join(other)}" if other else ""
     return passed("gpu.xid", f"no Xid needing a reset in the last {window_text} ({xid.get('source')}{note})")
@@ -319,6 +327,17 @@ def check(facts: Facts, profile: Profile) -> list[Finding]:
     try:
         seconds = window_seconds(window)
     except ValueError:
-        return [*findings, warned("gpu.xid", f"expect.xid_window {window!r} is not a duration",
-                                  "write it as seconds or with s/m/h/d, e.g. 24h")]
-    return [*findings, check_xid(facts, gpus, seconds, str(window or "24h"))]
+        findings.append(warned("gpu.xid", f"expect.xid_window {window!r} is not a duration",
+                               "write it as seconds or with s/m/h/d, e.g. 24h"))
+    else:
+        findings.append(check_xid(facts, gpus, seconds, str(window or "24h")))
+    return [named_drain(finding, facts) for finding in findings]
+
+
+def named_drain(finding: Finding, facts: Facts) -> Finding:
+    """The drain step of a fix with this node's name and the reason audit --drain would use."""
+    node = facts.get("slurm_node") or facts.get("hostname")
+    if node and DRAIN_NODE in finding.fix:
+        finding.fix = finding.fix.replace(DRAIN_NODE, f"nodename={node}").replace(
+            DRAIN_REASON, f'reason="clusterkit: {finding.id}"')
+    return finding

@@ -26,8 +26,25 @@ EXPECT = {"gpus_per_node": 8, "gpu_model": "H100", "min_driver": "535.104", "ib_
 CLI_TIMEOUT = 120
 
 
+def own_ssh_files(folder: Path, dev_cluster: Any) -> dict[str, str]:
+    """An ssh_config (HostName per node) and known_hosts for these nodes only.
+
+    The shared /etc/hosts and $DIR/ssh/known_hosts are rewritten by every checkout's
+    `up` from its own nodes.tsv; these files keep this module independent of that.
+    """
+    config, known = [], []
+    for node in [*DEGRADED, *HEALTHY]:
+        address = dev_cluster.nodes[node]
+        config.append(f"Host {node}\n    HostName {address}\n")
+        key = (dev_cluster.state_dir / "ssh" / "hostkeys" / f"{node}.pub").read_text().split()[:2]
+        known.append(f"{node},{address} {' '.join(key)}\n")
+    (folder / "ssh_config").write_text("".join(config))
+    (folder / "known_hosts").write_text("".join(known))
+    return {"config_file": str(folder / "ssh_config"), "known_hosts": str(folder / "known_hosts")}
+
+
 def profile(folder: Path, dev_cluster: Any, **expect: Any) -> Path:
-    ssh = ssh_section(dev_cluster, connect_timeout=3, command_timeout=30)
+    ssh = ssh_section(dev_cluster, connect_timeout=3, command_timeout=30, **own_ssh_files(folder, dev_cluster))
     return write_yaml(folder / "hw.yaml", {
         "name": "hw-test", "ssh": ssh,
         "network": {"fabric": "infiniband", "ib_hca": [f"mlx5_{i}:1" for i in range(4)]},

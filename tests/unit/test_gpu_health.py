@@ -160,7 +160,8 @@ def test_fixes_are_concrete() -> None:
     throttle = health(load("gpu-throttle"))["gpu.throttle"].fix
     assert "check cooling" in throttle and "power supplies" in throttle   # HW slowdown: either cause
     xid = health(load("gpu-xid"))["gpu.xid"].fix
-    assert "drain" in xid and "nvidia-smi -r" in xid and "fallen off the bus: also reseat it" in xid
+    assert "nvidia-smi -r -i 1`" in xid and "fallen off the bus: also reseat it" in xid
+    assert '`scontrol update nodename=gpu-xid state=drain reason="clusterkit: gpu.xid"`' in xid
     port = health(load("ib-flap"))["rdma.port_errors"].fix
     assert "mlxlink -d mlx5_1 -p 1" in port and "perfquery" in port and "replace the cable or transceiver" in port
 
