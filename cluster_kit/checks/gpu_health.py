@@ -59,8 +59,9 @@ UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 HEALTH_REFUSED_FIX = ("upgrade the NVIDIA driver, or read the values by hand with "
                       "`nvidia-smi -q -d ECC,PCIE,PERFORMANCE`")
-DRAIN = "drain the node (`scontrol update nodename=<node> state=drain reason=...`)"
-DRAIN_NODE, DRAIN_REASON = "nodename=<node>", "reason=..."
+DRAIN = ("drain the node (`clusterkit audit --drain --apply`, or "
+         "`scontrol update nodename=<node> state=drain reason=...`)")
+DRAIN_REASON = "reason=..."
 
 
 # ---------------------------------------------------------------- helpers
@@ -331,13 +332,14 @@ def check(facts: Facts, profile: Profile) -> list[Finding]:
                                "write it as seconds or with s/m/h/d, e.g. 24h"))
     else:
         findings.append(check_xid(facts, gpus, seconds, str(window or "24h")))
-    return [named_drain(finding, facts) for finding in findings]
+    return [named_drain(finding) for finding in findings]
 
 
-def named_drain(finding: Finding, facts: Facts) -> Finding:
-    """The drain step of a fix with this node's name and the reason audit --drain would use."""
-    node = facts.get("slurm_node") or facts.get("hostname")
-    if node and DRAIN_NODE in finding.fix:
-        finding.fix = finding.fix.replace(DRAIN_NODE, f"nodename={node}").replace(
-            DRAIN_REASON, f'reason="clusterkit: {finding.id}"')
+def named_drain(finding: Finding) -> Finding:
+    """The drain step of a fix with the reason `audit --drain` uses.
+
+    The node stays `<node>`: nodes with the same fault must keep the same fix,
+    so that the report folds them into one line.
+    """
+    finding.fix = finding.fix.replace(DRAIN_REASON, f'reason="clusterkit: {finding.id}"')
     return finding

@@ -161,7 +161,7 @@ def test_fixes_are_concrete() -> None:
     assert "check cooling" in throttle and "power supplies" in throttle   # HW slowdown: either cause
     xid = health(load("gpu-xid"))["gpu.xid"].fix
     assert "nvidia-smi -r -i 1`" in xid and "fallen off the bus: also reseat it" in xid
-    assert '`scontrol update nodename=gpu-xid state=drain reason="clusterkit: gpu.xid"`' in xid
+    assert '`scontrol update nodename=<node> state=drain reason="clusterkit: gpu.xid"`' in xid
     port = health(load("ib-flap"))["rdma.port_errors"].fix
     assert "mlxlink -d mlx5_1 -p 1" in port and "perfquery" in port and "replace the cable or transceiver" in port
 

@@ -783,3 +783,16 @@ def test_port_error_counters_are_read_and_others_left_out(tmp_path: Path) -> Non
         symbol_error="4021")
     build_node(tmp_path / "bare", ib_with(0, counters=None))
     assert run_probe(tmp_path / "bare", memlock_kib=64)["rdma"]["hcas"]["mlx5_0"]["ports"]["1"]["counters"] == {}
+
+
+@pytest.mark.skipif(python36() is None, reason="no Python 3.6 interpreter here")
+@pytest.mark.parametrize("name", ["gpu-powercap", "gpu-xid", "ib-flap"])
+def test_health_facts_are_the_same_on_python36(tmp_path: Path, name: str) -> None:
+    py36 = python36()
+    assert py36 is not None
+    build_node(tmp_path, SCENARIOS[name]())
+    on36, current = run_probe(tmp_path, python=py36), run_probe(tmp_path)
+    for section in ("gpu", "xid"):
+        assert on36[section] == current[section]
+    assert on36["rdma"]["hcas"]["mlx5_1"]["ports"]["1"]["counters"] == (
+        current["rdma"]["hcas"]["mlx5_1"]["ports"]["1"]["counters"])
