@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from cluster_kit.checks.gpu_health import FAILING_REASONS, RESET_XIDS
 from cluster_kit.checks.rdma import loaded_peermem
 
 FlatFacts = dict[str, str]
@@ -98,6 +99,18 @@ def flatten_gpu(flat: FlatFacts, gpu: Mapping[str, Any]) -> None:
         put_keys(flat, f"gpu.{one.get('index', position)}", one, GPU_KEYS)
         reported = {key: one.get(key) for key in GPU_HEALTH_KEYS if one.get(key) not in NOT_REPORTED}
         put_keys(flat, f"gpu.{one.get('index', position)}", reported, GPU_HEALTH_KEYS)
+        put(flat, f"gpu.{one.get('index', position)}.slowdown", slowdown(one.get("clocks_event_reasons_active")))
+
+
+def slowdown(active: Any) -> str | None:
+    """The failing clock-event reasons of a clocks_event_reasons.active mask ("none" when
+    clear): steady on a healthy GPU, unlike the mask itself, which follows the load."""
+    try:
+        bits = int(str(active), 0)
+    except ValueError:
+        return None
+    names = [name.lower().replace(" ", "_") for bit, name in FAILING_REASONS.items() if bits & bit]
+    return ",".join(names) or "none"
 
 
 def flatten_nccl(flat: FlatFacts, nccl: Mapping[str, Any]) -> None:
@@ -131,9 +144,13 @@ def flatten_rdma(flat: FlatFacts, rdma: Mapping[str, Any]) -> None:
 
 
 def flatten_xid(flat: FlatFacts, xid: Mapping[str, Any]) -> None:
-    """xid.source (dmesg | journal) and xid.count (Xid lines the log holds)."""
+    """xid.source (dmesg | journal), xid.count (Xid lines the log holds) and xid.reset_codes
+    (the distinct Xids of the log that need a reset or RMA, "none" when there is none)."""
     put(flat, "xid.source", xid.get("source"))
     put(flat, "xid.count", xid.get("total"))
+    codes = {event.get("xid") for event in xid.get("events") or [] if isinstance(event, Mapping)}
+    reset = sorted(code for code in RESET_XIDS if code in codes)
+    put(flat, "xid.reset_codes", ",".join(str(code) for code in reset) or "none")
 
 
 def flatten_net(flat: FlatFacts, net: Mapping[str, Any]) -> None:

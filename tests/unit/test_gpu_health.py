@@ -252,7 +252,11 @@ def test_flat_facts_keep_steady_health_values_and_mark_counters_per_node() -> No
     flat = facts.flatten(load("gpu-x8"))
     assert flat["gpu.5.pcie_link_width_current"] == "8" and flat["gpu.5.pcie_link_width_max"] == "16"
     assert "gpu.5.temperature_gpu" not in flat and "gpu.0.retired_pages_pending" not in flat
-    assert flat["xid.source"] == "dmesg" and flat["xid.count"] == "0"
+    assert flat["xid.source"] == "dmesg" and flat["xid.count"] == "0" and flat["xid.reset_codes"] == "none"
+    assert flat["gpu.5.slowdown"] == "none"
+    assert facts.flatten(load("gpu-throttle"))["gpu.3.slowdown"] == "hw_slowdown,hw_thermal_slowdown"
+    assert facts.flatten(load("gpu-powercap"))["gpu.3.slowdown"] == "none"      # SW power cap
+    assert facts.flatten(load("gpu-xid"))["xid.reset_codes"] == "79"             # not the Xid 13
     assert flat["rdma.mlx5_1.1.counters.link_downed"] == "0"
     assert facts.is_per_node("rdma.mlx5_1.1.counters.link_downed")
     assert not facts.is_per_node("gpu.5.pcie_link_width_current")
@@ -261,8 +265,13 @@ def test_flat_facts_keep_steady_health_values_and_mark_counters_per_node() -> No
 def test_audit_drift_shows_the_x8_gpu() -> None:
     flat = {"n1": facts.flatten(load("ib-ok")), "n2": facts.flatten(load("ib-ok")),
             "n3": facts.flatten(load("gpu-x8"))}
+    flat["n4"] = facts.flatten(load("gpu-throttle"))
+    flat["n5"] = facts.flatten(load("gpu-xid"))
     drift = {d["fact"]: d for d in audit.compute_drift(flat)}
     assert drift["gpu.5.pcie_link_width_current"]["outliers"] == {"n3": "8"}
+    assert drift["gpu.3.slowdown"]["outliers"] == {"n4": "hw_slowdown,hw_thermal_slowdown"}
+    assert drift["xid.reset_codes"]["outliers"] == {"n5": "79"}
+    assert not any("temperature" in fact or "clocks_event" in fact for fact in drift)
 
 
 def test_audit_changes_show_counter_growth_since_the_baseline() -> None:
