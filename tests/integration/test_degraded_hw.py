@@ -108,7 +108,7 @@ def test_xid_window_from_the_profile(dev_cluster: Any, tmp_path: Path) -> None:
 def test_audit_json_carries_the_new_facts_and_counter_growth(dev_cluster: Any, tmp_path: Path) -> None:
     path = profile(tmp_path, dev_cluster)
     baseline = tmp_path / "baseline.json"
-    nodes = "gpu-x8,gpu-powercap,ib-flap"
+    nodes = "gpu-x8,gpu-powercap,ib-flap,gpu-throttle,gpu-xid"
     saved, _ = run_json(dev_cluster, path, "audit", "--nodes", nodes, "--format", "json",
                         "--save-baseline", str(baseline))
     facts = saved["facts"]
@@ -118,6 +118,8 @@ def test_audit_json_carries_the_new_facts_and_counter_growth(dev_cluster: Any, t
     assert facts["gpu-x8"]["xid.source"] == "dmesg"
     drift = {d["fact"]: d for d in saved["drift"]}
     assert drift["gpu.5.pcie_link_width_current"]["outliers"] == {"gpu-x8": "8"}
+    assert drift["gpu.3.slowdown"]["outliers"] == {"gpu-throttle": "hw_slowdown,hw_thermal_slowdown"}
+    assert drift["xid.reset_codes"]["outliers"] == {"gpu-xid": "79"}
     assert not any(".counters." in fact for fact in drift)   # counters differ by nature: growth, not drift
 
     with dev_cluster.override("ib-flap", "class/infiniband/mlx5_1/ports/1/counters/link_downed", "41"):
