@@ -84,16 +84,15 @@ class Fleet:
 
 
 def build_tree(node_dir: Path, server: str, index: int) -> None:
-    """A fake /sys/class, /sys/module, gpus.csv and nvidia-smi, as fakehw lays them out."""
+    """A fake /sys/class, /sys/module, gpus.csv, nvidia-smi and dmesg, as fakehw lays them out."""
     spec, driver = SERVERS[server]
     fakehw.build_infiniband(str(node_dir / "class" / "infiniband"), spec, server, index)
     fakehw.build_net(str(node_dir / "class" / "net"), spec, index)
     fakehw.build_modules(str(node_dir / "module"), str(node_dir / "proc_modules"), spec)
-    fakehw.write(str(node_dir / "gpus.csv"), fakehw.gpus_csv(server, spec["gpus"]).replace(fakehw.DRIVER, driver))
+    fakehw.build_counters(str(node_dir / "class" / "infiniband"), spec)
+    fakehw.write(str(node_dir / "gpus.csv"), fakehw.gpus_csv(server, spec).replace(fakehw.DRIVER, driver))
     fakehw.write(str(node_dir / "cuda_version"), fakehw.CUDA)
-    (node_dir / "bin").mkdir()
-    shutil.copyfile(ROOT / "scripts" / "devcluster" / "nvidia_smi.py", node_dir / "bin" / "nvidia-smi")
-    (node_dir / "bin" / "nvidia-smi").chmod(0o755)
+    fakehw.install_tools(str(node_dir), spec)   # the stand-in nvidia-smi and dmesg
 
 
 def namespaced_sshd(directory: Path, server: str) -> list[str]:

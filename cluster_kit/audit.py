@@ -285,11 +285,25 @@ def baseline_profile_warning(baseline: Mapping[str, Any], profile: str | None, s
             f"profiles; pass a baseline saved with --profile {profile}")
 
 
-def _change(node: str, fact: str, before: str, after: str) -> dict[str, str]:
-    return {"node": node, "fact": fact, "before": before, "after": after}
+COUNTER_FACT = re.compile(r"rdma\.[^.]+\.[^.]+\.counters\.[a-z_]+")
 
 
-def _node_changes(node: str, before: Mapping[str, str], after: Mapping[str, str]) -> list[dict[str, str]]:
+def counter_growth(fact: str, before: str, after: str) -> int | None:
+    """How much an HCA error counter grew since the baseline (negative: it was cleared), else None."""
+    if not COUNTER_FACT.fullmatch(fact) or not (before.isdigit() and after.isdigit()):
+        return None
+    return int(after) - int(before)
+
+
+def _change(node: str, fact: str, before: str, after: str) -> dict[str, Any]:
+    change: dict[str, Any] = {"node": node, "fact": fact, "before": before, "after": after}
+    growth = counter_growth(fact, before, after)
+    if growth is not None:
+        change["growth"] = growth
+    return change
+
+
+def _node_changes(node: str, before: Mapping[str, str], after: Mapping[str, str]) -> list[dict[str, Any]]:
     return [
         _change(node, fact, str(before.get(fact, ABSENT)), str(after.get(fact, ABSENT)))
         for fact in sorted(set(before) | set(after))
@@ -298,8 +312,11 @@ def _node_changes(node: str, before: Mapping[str, str], after: Mapping[str, str]
 
 
 def diff_baseline(baseline: Mapping[str, Any], flat_facts_by_node: Mapping[str, Mapping[str, str]],
-                  unreachable: Iterable[str] = ()) -> list[dict[str, str]]:
+                  unreachable: Iterable[str] = ()) -> list[dict[str, Any]]:
     """Changes since the baseline: {"node", "fact", "before", "after"}, node then fact order.
+
+    An HCA error counter's change also has "growth" (after - before, an int):
+    a link that flapped overnight shows as `link_downed` growth.
 
     A fact added or removed has "absent" on the missing side. A node added or
     removed is one change on the pseudo-fact "node" ("absent" <-> "present");
@@ -308,7 +325,7 @@ def diff_baseline(baseline: Mapping[str, Any], flat_facts_by_node: Mapping[str, 
     """
     before_nodes: Mapping[str, Mapping[str, str]] = baseline.get("nodes") or {}
     down = set(unreachable)
-    changes: list[dict[str, str]] = []
+    changes: list[dict[str, Any]] = []
     for node in sort_nodes(set(before_nodes) | set(flat_facts_by_node)):
         if node not in flat_facts_by_node:
             changes.append(_change(node, NODE_FACT, PRESENT, UNREACHABLE if node in down else ABSENT))
@@ -324,7 +341,9 @@ def _change_line(fact: str, before: str, after: str, nodes: str) -> str:
         return f"node added since the baseline: {nodes}"
     if fact == NODE_FACT:
         return f"node {after} (in the baseline): {nodes}"
-    return f"{fact} {before} -> {after} on {nodes}"
+    growth = counter_growth(fact, before, after)
+    shown = f" ({growth:+d})" if growth is not None else ""
+    return f"{fact} {before} -> {after}{shown} on {nodes}"
 
 
 def summarize_changes(changes: Iterable[Mapping[str, str]]) -> list[str]:

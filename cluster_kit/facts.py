@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from cluster_kit.checks.gpu_health import FAILING_REASONS, RESET_XIDS
 from cluster_kit.checks.rdma import loaded_peermem
 
 FlatFacts = dict[str, str]
@@ -25,6 +26,9 @@ PER_NODE_FACTS: tuple[str, ...] = (
     r"rdma\.[^.]+\.[^.]+\.lid",
     r"rdma\.[^.]+\.[^.]+\.gid\.\d+",
     r"net\..+\.address",
+    # Error counters grow on their own; audit shows their growth since a baseline instead.
+    r"rdma\.[^.]+\.[^.]+\.counters\..+",
+    r"xid\.count",
 )
 _PER_NODE = re.compile("|".join(f"(?:{pattern})" for pattern in PER_NODE_FACTS))
 
@@ -32,6 +36,14 @@ PORT_KEYS = ("state", "phys_state", "rate", "link_layer", "lid", "sm_lid")
 HCA_KEYS = ("fw_ver", "board_id", "hca_type", "node_guid", "sys_image_guid")
 NET_KEYS = ("operstate", "carrier", "mtu", "speed", "address")
 GPU_KEYS = ("name", "uuid", "pci_bus_id", "memory_total")
+# Health facts that hold still on a healthy GPU (temperature, clock reasons and the
+# idle PCIe generation change by the minute and would drown baselines in noise).
+GPU_HEALTH_KEYS = ("persistence_mode", "ecc_mode_current", "ecc_errors_uncorrected_volatile_total",
+                   "ecc_errors_uncorrected_aggregate_total", "retired_pages_pending",
+                   "remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending",
+                   "remapped_rows_failure", "pcie_link_gen_max", "pcie_link_width_current",
+                   "pcie_link_width_max")
+NOT_REPORTED = ("[N/A]", "N/A", "[Not Supported]")
 TORCH_KEYS = ("version", "cuda", "nccl", "cuda_available", "device_count", "distributed_nccl")
 ZERO_GID = re.compile(r"^[0:]+$")
 
@@ -85,6 +97,20 @@ def flatten_gpu(flat: FlatFacts, gpu: Mapping[str, Any]) -> None:
     put(flat, "gpu.cuda", gpu.get("cuda"))
     for position, one in enumerate(gpus):
         put_keys(flat, f"gpu.{one.get('index', position)}", one, GPU_KEYS)
+        reported = {key: one.get(key) for key in GPU_HEALTH_KEYS if one.get(key) not in NOT_REPORTED}
+        put_keys(flat, f"gpu.{one.get('index', position)}", reported, GPU_HEALTH_KEYS)
+        put(flat, f"gpu.{one.get('index', position)}.slowdown", slowdown(one.get("clocks_event_reasons_active")))
+
+
+def slowdown(active: Any) -> str | None:
+    """The failing clock-event reasons of a clocks_event_reasons.active mask ("none" when
+    clear): steady on a healthy GPU, unlike the mask itself, which follows the load."""
+    try:
+        bits = int(str(active), 0)
+    except ValueError:
+        return None
+    names = [name.lower().replace(" ", "_") for bit, name in FAILING_REASONS.items() if bits & bit]
+    return ",".join(names) or "none"
 
 
 def flatten_nccl(flat: FlatFacts, nccl: Mapping[str, Any]) -> None:
@@ -95,6 +121,8 @@ def flatten_nccl(flat: FlatFacts, nccl: Mapping[str, Any]) -> None:
 def flatten_port(flat: FlatFacts, prefix: str, port: Mapping[str, Any]) -> None:
     """rdma.<hca>.<port>.{state,...} and its populated GIDs (gid.<i>, .type, .ndev)."""
     put_keys(flat, prefix, port, PORT_KEYS)
+    for name, count in mapping(port.get("counters")).items():
+        put(flat, f"{prefix}.counters.{name}", count)
     types, ndevs = mapping(port.get("gid_types")), mapping(port.get("gid_ndevs"))
     for index, gid in mapping(port.get("gids")).items():
         if ZERO_GID.match(str(gid)) and index not in types:
@@ -113,6 +141,16 @@ def flatten_rdma(flat: FlatFacts, rdma: Mapping[str, Any]) -> None:
         put_keys(flat, f"rdma.{name}", hca, HCA_KEYS)
         for number, port in mapping(hca.get("ports")).items():
             flatten_port(flat, f"rdma.{name}.{number}", mapping(port))
+
+
+def flatten_xid(flat: FlatFacts, xid: Mapping[str, Any]) -> None:
+    """xid.source (dmesg | journal), xid.count (Xid lines the log holds) and xid.reset_codes
+    (the distinct Xids of the log that need a reset or RMA, "none" when there is none)."""
+    put(flat, "xid.source", xid.get("source"))
+    put(flat, "xid.count", xid.get("total"))
+    codes = {event.get("xid") for event in xid.get("events") or [] if isinstance(event, Mapping)}
+    reset = sorted(code for code in RESET_XIDS if code in codes)
+    put(flat, "xid.reset_codes", ",".join(str(code) for code in reset) or "none")
 
 
 def flatten_net(flat: FlatFacts, net: Mapping[str, Any]) -> None:
@@ -149,7 +187,7 @@ def flatten_torch(flat: FlatFacts, torch: Mapping[str, Any]) -> None:
 
 # One flattener per probe section, in the order the flat facts are built.
 FLATTENERS = {
-    "os": flatten_os, "gpu": flatten_gpu, "nccl": flatten_nccl, "rdma": flatten_rdma, "net": flatten_net,
+    "os": flatten_os, "gpu": flatten_gpu, "xid": flatten_xid, "nccl": flatten_nccl, "rdma": flatten_rdma, "net": flatten_net,
     "peermem": flatten_peermem, "memlock": flatten_memlock, "iommu": flatten_iommu, "torch": flatten_torch,
 }
 SECTIONS = tuple(FLATTENERS)

@@ -29,6 +29,7 @@ import site
 import socket
 import subprocess
 import sys
+import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 PROBE_VERSION = 1
@@ -41,10 +42,33 @@ NCCL_SYSTEM_DIRS = (
     "/usr/local/lib", "/usr/local/lib64", "/usr/local/cuda/lib64", "/usr/local/nccl/lib",
     "/opt/nccl/lib",
 )
+# Hardware health, asked in the same nvidia-smi call (docs/architecture.md, "gpu").
+GPU_HEALTH_FIELDS = (
+    "persistence_mode", "ecc.mode.current", "ecc.errors.corrected.volatile.total",
+    "ecc.errors.uncorrected.volatile.total", "ecc.errors.uncorrected.aggregate.total",
+    "retired_pages.pending", "pcie.link.gen.current", "pcie.link.gen.max",
+    "pcie.link.width.current", "pcie.link.width.max", "temperature.gpu",
+)
+EVENT_PREFIX = "clocks_event_reasons."
+THROTTLE_PREFIX = "clocks_throttle_reasons."  # the same fields' names before driver 535
+CLOCK_REASON_FIELDS = ("active",)
+REMAPPED_ROWS_FIELDS = ("gpu_bus_id", "gpu_uuid", "remapped_rows.correctable", "remapped_rows.uncorrectable",
+                        "remapped_rows.pending", "remapped_rows.failure")
+INVALID_FIELD = re.compile(r'Field "([^"]+)" is not a valid field to query')
 PORT_ATTRS = ("state", "phys_state", "rate", "link_layer", "lid", "sm_lid")
 HCA_ATTRS = ("fw_ver", "node_guid", "sys_image_guid", "board_id", "hca_type", "node_type")
 NET_ATTRS = ("operstate", "carrier", "mtu", "address", "speed", "type")
 PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
+# Error counters of an HCA port (Documentation/ABI/stable/sysfs-class-infiniband).
+PORT_ERROR_COUNTERS = (
+    "symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
+    "local_link_integrity_errors", "excessive_buffer_overrun_errors", "port_rcv_remote_physical_errors",
+)
+# "NVRM: Xid (PCI:0000:18:00): 79, pid=1234, name=python, GPU has fallen off the bus."
+XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\): (\d+),\s*(.*)")
+DMESG_STAMP = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]")
+XID_LOOKBACK_S = 7 * 24 * 3600   # how far back the journal is read (expect.xid_window may not exceed it)
+XID_MAX_EVENTS = 50              # newest first; a GPU in an XID storm must not bloat the facts
 IOMMU_FLAG = re.compile(r"^(iommu|intel_iommu|amd_iommu)(=|$)")
 
 Facts = Dict[str, Any]
@@ -149,9 +173,17 @@ def probe_os() -> Facts:
 
 # ---------------------------------------------------------------- gpu
 
-def parse_gpu_csv(text: str) -> List[Dict[str, str]]:
-    """GPUs from `nvidia-smi --query-gpu=<GPU_QUERY_FIELDS> --format=csv,noheader`."""
-    keys = [field.replace(".", "_") for field in GPU_QUERY_FIELDS]
+def field_key(field: str) -> str:
+    """A query field as a fact key: "pci.bus_id" -> "pci_bus_id".
+
+    Both spellings of the clock reasons land on the `clocks_event_reasons_*` key.
+    """
+    return field.replace(THROTTLE_PREFIX, EVENT_PREFIX).replace(".", "_")
+
+
+def parse_gpu_csv(text: str, fields: Tuple[str, ...] = GPU_QUERY_FIELDS) -> List[Dict[str, str]]:
+    """GPUs from `nvidia-smi --query-gpu=<fields> --format=csv,noheader`."""
+    keys = [field_key(field) for field in fields]
     gpus = []
     for row in csv.reader(io.StringIO(text), skipinitialspace=True):
         if len(row) == len(keys):
@@ -172,20 +204,23 @@ def nvidia_smi_error(code: int, out: str, err: str) -> Facts:
 
 
 def probe_gpu() -> Facts:
-    """GPUs, driver and CUDA version as nvidia-smi reports them."""
+    """GPUs, driver and CUDA version as nvidia-smi reports them, with their health."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return {"status": "absent", "error": "nvidia-smi not found on PATH"}
-    query = ["--query-gpu=" + ",".join(GPU_QUERY_FIELDS), "--format=csv,noheader"]
     try:
-        code, out, err = run_command([exe] + query)
+        code, out, err, fields, refused = query_gpus(exe)
     except CommandTimeout as exc:
         return {"status": "error", "error": f"nvidia-smi hangs: {exc}"}
     if code != 0:
         return nvidia_smi_error(code, out, err)
-    gpus = parse_gpu_csv(out)
-    return {"status": "ok", "driver": gpus[0]["driver_version"] if gpus else None,
-            "cuda": probe_cuda_version(exe), "gpus": gpus}
+    gpus = parse_gpu_csv(out, fields)
+    facts = {"status": "ok", "driver": gpus[0]["driver_version"] if gpus else None,
+             "cuda": probe_cuda_version(exe), "gpus": gpus}  # type: Facts
+    facts.update(health_query_facts(fields, refused))
+    if gpus and len(fields) > len(GPU_QUERY_FIELDS):
+        facts.update(probe_remapped_rows(exe, gpus))
+    return facts
 
 
 def probe_cuda_version(exe: str) -> Optional[str]:
@@ -195,6 +230,72 @@ def probe_cuda_version(exe: str) -> Optional[str]:
     except (OSError, CommandTimeout):
         return None
     return parse_cuda_version(out) if code == 0 else None
+
+
+# ---------------------------------------------------------------- gpu health
+
+def health_queries() -> List[Tuple[str, ...]]:
+    """The --query-gpu field lists to try, widest first.
+
+    Drivers before 535 know the clock reasons only as clocks_throttle_reasons.*;
+    a driver refusing every health field still answers the basic query.
+    """
+    return [GPU_QUERY_FIELDS + GPU_HEALTH_FIELDS + tuple(prefix + f for f in CLOCK_REASON_FIELDS)
+            for prefix in (EVENT_PREFIX, THROTTLE_PREFIX)] + [GPU_QUERY_FIELDS]
+
+
+def query_gpus(exe: str) -> Tuple[int, str, str, Tuple[str, ...], List[str]]:
+    """(code, stdout, stderr, fields asked, fields refused on the way) of the widest query the driver takes.
+
+    Only an invalid-field answer moves on to the next, narrower query, so a
+    healthy node costs one call and a broken driver's error is reported as is.
+    """
+    refused = []  # type: List[str]
+    for fields in health_queries():
+        code, out, err = run_command([exe, "--query-gpu=" + ",".join(fields), "--format=csv,noheader"])
+        bad = INVALID_FIELD.search(out + err)
+        if code == 0 or bad is None or fields == GPU_QUERY_FIELDS:
+            return code, out, err, fields, refused
+        refused.append(bad.group(1))
+    raise AssertionError("unreachable: the basic query always returns")
+
+
+def health_query_facts(fields: Tuple[str, ...], refused: List[str]) -> Facts:
+    """Which clock-reason spelling answered, and the fields the driver refused."""
+    facts = {"clock_reasons_field": None}  # type: Facts
+    for field in fields:
+        if field.startswith((EVENT_PREFIX, THROTTLE_PREFIX)):
+            facts["clock_reasons_field"] = field
+    if refused:
+        facts["refused_fields"] = refused
+    if fields == GPU_QUERY_FIELDS:
+        facts["health_error"] = "nvidia-smi refused the health fields: " + ", ".join(sorted(set(refused)))
+    return facts
+
+
+def parse_remapped_rows(text: str) -> Dict[str, Dict[str, str]]:
+    """{pci bus id: {remapped_rows_*: value}} from `--query-remapped-rows=<REMAPPED_ROWS_FIELDS>`."""
+    keys = [field.replace(".", "_") for field in REMAPPED_ROWS_FIELDS[2:]]
+    rows = {}
+    for row in csv.reader(io.StringIO(text), skipinitialspace=True):
+        if len(row) == len(REMAPPED_ROWS_FIELDS):
+            rows[row[0].strip()] = dict(zip(keys, (value.strip() for value in row[2:])))
+    return rows
+
+
+def probe_remapped_rows(exe: str, gpus: List[Dict[str, str]]) -> Facts:
+    """Row-remapper state merged into each GPU (Ampere and newer); a refusal is a fact."""
+    argv = [exe, "--query-remapped-rows=" + ",".join(REMAPPED_ROWS_FIELDS), "--format=csv,noheader"]
+    try:
+        code, out, err = run_command(argv)
+    except (OSError, CommandTimeout) as exc:
+        return {"remapped_rows_error": str(exc)}
+    if code != 0:
+        return {"remapped_rows_error": (out.strip() + " " + err.strip()).strip() or f"exit code {code}"}
+    rows = parse_remapped_rows(out)
+    for gpu in gpus:
+        gpu.update(rows.get(gpu.get("pci_bus_id", ""), {}))
+    return {}
 
 
 # ---------------------------------------------------------------- nccl
@@ -357,7 +458,14 @@ def read_port(port_dir: str) -> Facts:
     """One HCA port: state, phys_state, rate, link_layer, ... and its GID table."""
     port = read_attrs(port_dir, PORT_ATTRS)  # type: Facts
     port.update(read_gid_table(port_dir))
+    port["counters"] = read_port_counters(port_dir)
     return port
+
+
+def read_port_counters(port_dir: str) -> Dict[str, str]:
+    """The port's error counters that the kernel exposes ({} without a counters/ dir)."""
+    counters = read_attrs(os.path.join(port_dir, "counters"), PORT_ERROR_COUNTERS)
+    return {name: value for name, value in counters.items() if value is not None}
 
 
 def read_hca(hca_dir: str) -> Facts:
@@ -386,6 +494,95 @@ def probe_peermem() -> Facts:
     for name in PEERMEM_MODULES:
         facts[name] = os.path.isdir(host_path("/sys/module/" + name)) or name in loaded
     return facts
+
+
+# ---------------------------------------------------------------- xid (kernel log)
+
+def parse_xid_line(message: str) -> Optional[Facts]:
+    """{"xid": 79, "pci": "0000:18:00", "text": ...} of one NVRM Xid line, else None."""
+    match = XID_LINE.search(message)
+    if match is None:
+        return None
+    return {"xid": int(match.group(2)), "pci": match.group(1), "text": match.group(3).strip()}
+
+
+def parse_dmesg_xids(text: str, uptime_s: float) -> List[Facts]:
+    """Xid events of plain `dmesg` output ("[  123.456] NVRM: Xid ..."), each with its age."""
+    events = []
+    for line in text.splitlines():
+        stamp, event = DMESG_STAMP.match(line), parse_xid_line(line)
+        if event is not None:
+            event["age_s"] = round(max(0.0, uptime_s - float(stamp.group(1))), 1) if stamp else None
+            events.append(event)
+    return events
+
+
+def parse_journal_xids(text: str, now_s: float) -> List[Facts]:
+    """Xid events of `journalctl -o short-unix` output ("1733212345.123 host kernel: NVRM: Xid ...")."""
+    events = []
+    for line in text.splitlines():
+        stamp, event = line.split(" ", 1)[0], parse_xid_line(line)
+        if event is not None:
+            try:
+                event["age_s"] = round(max(0.0, now_s - float(stamp)), 1)
+            except ValueError:
+                event["age_s"] = None
+            events.append(event)
+    return events
+
+
+def read_uptime() -> Optional[float]:
+    """Seconds since boot (/proc/uptime), the clock of dmesg's timestamps."""
+    text = read_text(host_path("/proc/uptime")) or ""
+    try:
+        return float(text.split()[0])
+    except (IndexError, ValueError):
+        return None
+
+
+def dmesg_xids() -> Tuple[Optional[List[Facts]], str]:
+    """(events, "") from the kernel ring buffer, or (None, why it cannot be read)."""
+    exe = shutil.which("dmesg")
+    if exe is None:
+        return None, "dmesg not found on PATH"
+    code, out, err = run_command([exe])
+    uptime = read_uptime()
+    if code != 0 or uptime is None:
+        said = (err.strip() or out.strip() or f"exit code {code}") if code else "no /proc/uptime"
+        return None, said if said.startswith("dmesg") else "dmesg: " + said
+    return parse_dmesg_xids(out, uptime), ""
+
+
+def journal_xids(now_s: float) -> Tuple[Optional[List[Facts]], str]:
+    """(events, "") from the journal's kernel messages, or (None, why not).
+
+    Without the adm/systemd-journal group journalctl exits 0 showing only the
+    user's own journal: its "not seeing messages" hint makes that unreadable.
+    """
+    exe = shutil.which("journalctl")
+    if exe is None:
+        return None, "journalctl not found on PATH"
+    argv = [exe, "-k", "--no-pager", "-q", "-o", "short-unix", "--since", f"@{int(now_s - XID_LOOKBACK_S)}"]
+    code, out, err = run_command(argv)
+    if code != 0 or "not seeing messages" in err or "No journal files" in err:
+        return None, "journalctl: " + (err.strip().splitlines() or [f"exit code {code}"])[0]
+    return parse_journal_xids(out, now_s), ""
+
+
+def probe_xid() -> Facts:
+    """NVIDIA Xid errors in the kernel log: dmesg, else the journal (read-only, bounded)."""
+    reasons = []
+    for source, read in (("dmesg", dmesg_xids), ("journal", lambda: journal_xids(time.time()))):
+        try:
+            events, why = read()
+        except (OSError, CommandTimeout) as exc:
+            events, why = None, f"{source}: {exc}"
+        if events is not None:
+            events.sort(key=lambda event: event["age_s"] if event["age_s"] is not None else 0)
+            return {"status": "ok", "source": source, "lookback_s": None if source == "dmesg" else XID_LOOKBACK_S,
+                    "events": events[:XID_MAX_EVENTS], "total": len(events)}
+        reasons.append(why)
+    return {"status": "error", "error": "kernel log unreadable: " + "; ".join(reasons)}
 
 
 # ---------------------------------------------------------------- net, limits, iommu
@@ -514,6 +711,7 @@ def collect(deep_python: Optional[str] = None, env_python: Optional[str] = None)
         "slurm_node": os.environ.get("SLURMD_NODENAME"),
         "os": guarded(probe_os),
         "gpu": guarded(probe_gpu),
+        "xid": guarded(probe_xid),
         "nccl": guarded(probe_nccl, site_python),
         "rdma": guarded(probe_rdma),
         "net": guarded(probe_net),

@@ -305,6 +305,28 @@ def memlock() -> Check:
         r"^(?:[0-9]+[KMGTkmgt]?|" + _anycase("unlimited") + ")$")}]})
 
 
+XID_WINDOW_MAX_S = 7 * 86400   # how far back the probe reads the journal
+_DURATION_RE = re.compile(r"(\d+)([smhd]?)")
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration_window() -> Check:
+    """expect.xid_window: seconds, or a number with s/m/h/d (30m, 24h, 7d), at most 7 days."""
+    def check(value: Any) -> str | None:
+        match = _DURATION_RE.fullmatch(value) if isinstance(value, str) else None
+        if _is_int(value) and value > 0:
+            seconds = value
+        elif match and int(match.group(1)) > 0:
+            seconds = int(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        else:
+            return f"{_shown(value)} is not a time window; use seconds or a duration such as 30m, 24h, 7d"
+        if seconds > XID_WINDOW_MAX_S:
+            return f"{_shown(value)} is longer than 7d, as far back as the probe reads the kernel log"
+        return None
+    return Rule(check, {"anyOf": [{"type": "integer", "minimum": 1, "maximum": XID_WINDOW_MAX_S},
+                                  {"type": "string", "pattern": "^[0-9]+[smhd]?$"}]})
+
+
 def exclusive() -> Check:
     """--exclusive: true/false or user | mcs | topo."""
     def check(value: Any) -> str | None:
@@ -646,6 +668,13 @@ EXPECT = Section({
     "peermem": Field(boolean()),
     "memlock": Field(memlock()),
     "allreduce_busbw_gbps": Field(positive_number()),
+    "xid_window": Field(duration_window()),
+    # Counter names as the kernel's /sys/class/infiniband/<hca>/ports/<p>/counters/ files;
+    # unset ones keep the defaults of cluster_kit.checks.rdma_errors.
+    "ib_error_thresholds": Section({name: Field(integer(lo=0)) for name in (
+        "symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
+        "local_link_integrity_errors", "excessive_buffer_overrun_errors",
+        "port_rcv_remote_physical_errors")}, fill=False),
 })
 
 PROFILE = Section({
@@ -860,6 +889,12 @@ DESCRIPTIONS: dict[str, str] = {
     "expect.peermem": "nvidia_peermem or nv_peer_mem must be loaded (rdma.peermem).",
     "expect.memlock": "Lowest RLIMIT_MEMLOCK: unlimited or a size such as 8M, 64G; a bare number is KiB (sys.memlock).",
     "expect.allreduce_busbw_gbps": "`bench allreduce` fails below this bus bandwidth (GB/s, large messages).",
+    "expect.xid_window": "gpu.xid looks at Xid events this recent: seconds or 30m, 24h, 7d (default 24h, at most 7d).",
+    "expect.ib_error_thresholds": "rdma.port_errors: per-port counter values that fail a port (defaults in the README).",
+    **{f"expect.ib_error_thresholds.{name}": f"Fail a port whose {name} counter reaches this (rdma.port_errors)."
+       for name in ("symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
+                    "local_link_integrity_errors", "excessive_buffer_overrun_errors",
+                    "port_rcv_remote_physical_errors")},
     "job": "A clusterkit job file: what to run, on which profile.",
     "job.name": "Job name (--job-name); defaults to the file name.",
     "job.profile": "Cluster profile: a name on the search path, or a path to a .yaml.",

@@ -1,7 +1,8 @@
 """Pure checks: probe facts + profile data -> findings (SPEC's check ids).
 
 Only the checks whose expectation or network setting the profile configures
-run; each family module says when (gpu, nccl, rdma, net, system). This
+run; each family module says when (gpu, gpu_health, nccl, rdma, rdma_errors,
+net, system). This
 package runs on the CLI and inside jobs (cluster_kit.injob): standard library
 and `packaging` only.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from cluster_kit.checks import gpu, nccl, net, rdma, system
+from cluster_kit.checks import gpu, gpu_health, nccl, net, rdma, rdma_errors, system
 from cluster_kit.checks.findings import Finding, worst
 
 __all__ = ["Finding", "evaluate", "node_status"]
@@ -25,8 +26,10 @@ def evaluate(facts: Mapping[str, Any], profile_data: Mapping[str, Any], deep: bo
     """
     return [
         *gpu.check(facts, profile_data),
+        *gpu_health.check(facts, profile_data),
         *nccl.check(facts, profile_data, deep),
         *rdma.check(facts, profile_data),
+        *rdma_errors.check(facts, profile_data),
         *net.check(facts, profile_data),
         *system.check(facts, profile_data),
     ]

@@ -9,6 +9,7 @@ Each node gets `$DIR/nodes/<node>/` with:
   gpus.csv       what the stand-in nvidia-smi reports (real `--format=csv` output)
   cuda_version   the CUDA version in nvidia-smi's banner
   bin/nvidia-smi the stand-in itself (sshd puts bin/ first on PATH)
+  bin/dmesg      the stand-in kernel log, from dmesg.txt ("AGE_SECONDS<TAB>message" lines)
 
 The directories and proc_modules are rewritten in place, never replaced, because
 the node's namespace holds bind mounts on them: a test edits these files from
@@ -68,6 +69,37 @@ def roce_node(gid3_is_v2=True):
             "gid_types": types}
 
 
+# The health columns of gpus.csv, in `nvidia-smi --query-gpu` spelling, with a
+# healthy H100 SXM's values (PCIe Gen5 x16, idle: clocks_event_reasons.active 0x1).
+GPU_HEALTH = [
+    ("persistence_mode", "Enabled"), ("ecc.mode.current", "Enabled"),
+    ("ecc.errors.corrected.volatile.total", "0"), ("ecc.errors.uncorrected.volatile.total", "0"),
+    ("ecc.errors.uncorrected.aggregate.total", "0"), ("retired_pages.pending", "[N/A]"),
+    ("pcie.link.gen.current", "5"), ("pcie.link.gen.max", "5"),
+    ("pcie.link.width.current", "16"), ("pcie.link.width.max", "16"),
+    ("temperature.gpu", "34"), ("clocks_event_reasons.active", "0x0000000000000001"),
+    ("remapped_rows.correctable", "0"), ("remapped_rows.uncorrectable", "0"),
+    ("remapped_rows.pending", "No"), ("remapped_rows.failure", "No"),
+]
+PORT_COUNTERS = ("symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
+                 "local_link_integrity_errors", "excessive_buffer_overrun_errors",
+                 "port_rcv_remote_physical_errors", "port_xmit_discards", "port_xmit_data",
+                 "port_rcv_data")
+XID_79 = ("NVRM: Xid (PCI:0000:2a:00): 79, pid=48213, name=python, "
+          "GPU has fallen off the bus.")
+XID_13 = ("NVRM: Xid (PCI:0000:3a:00): 13, pid=48213, name=python, Graphics Exception: "
+          "ESR 0x50df30=0x107000e 0x50df34=0x0 0x50df28=0x0 0x50df2c=0x0")
+
+
+def degraded(spec, gpu=None, counters=None, dmesg=(), throttle_names=False):
+    """`spec` with planted faults: {gpu index: {column: value}}, {hca index: {counter: value}},
+    kernel-log lines [(age in seconds, message)], and pre-535 clock-reason names."""
+    spec = dict(spec)
+    spec.update(gpu_faults=gpu or {}, counters=counters or {}, dmesg=list(dmesg),
+                throttle_names=throttle_names)
+    return spec
+
+
 # Order matters: a node's position makes its GUIDs, MACs and LIDs unique.
 SPECS = {
     "n1": ib_node(2, 4),
@@ -78,6 +110,22 @@ SPECS = {
     "ib-nohca": ib_node(3, 8),
     "roce-v1": roce_node(gid3_is_v2=False),
     "ib-nopeermem": ib_node(4, 8, peermem=False),
+    "gpu-ecc": degraded(ib_node(4, 8), gpu={2: {"ecc.errors.uncorrected.volatile.total": "2",
+                                                "ecc.errors.uncorrected.aggregate.total": "2",
+                                                "remapped_rows.uncorrectable": "1",
+                                                "remapped_rows.pending": "Yes"}}),
+    "gpu-x8": degraded(ib_node(4, 8), gpu={5: {"pcie.link.width.current": "8"}}),
+    # HW slowdown (0x8) together with HW thermal slowdown (0x40), at 91 C.
+    "gpu-throttle": degraded(ib_node(4, 8), gpu={3: {"clocks_event_reasons.active": "0x0000000000000048",
+                                                     "temperature.gpu": "91"}}),
+    "gpu-xid": degraded(ib_node(4, 8), dmesg=[(600, XID_79), (300, XID_13)]),
+    "ib-flap": degraded(ib_node(4, 8), counters={1: {"link_downed": "37", "link_error_recovery": "112",
+                                                     "symbol_error": "4021"}}),
+    # SW power cap (0x4) on every GPU, answered like a driver before 535; an old
+    # application-error Xid 13 in the log. Healthy: must pass.
+    "gpu-powercap": degraded(ib_node(4, 8), gpu={i: {"clocks_event_reasons.active": "0x0000000000000004"}
+                                                 for i in range(8)},
+                             dmesg=[(900, XID_13)], throttle_names=True),
 }
 
 
@@ -236,13 +284,40 @@ def gpu_uuid(node, index):
     return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
 
 
-def gpus_csv(node, count):
+def gpus_csv(node, spec):
     """What `nvidia-smi --query-gpu=... --format=csv` prints for the node's GPUs."""
-    rows = ["index, name, uuid, driver_version, memory.total [MiB], pci.bus_id"]
-    for i in range(count):
+    names = [name for name, _ in GPU_HEALTH]
+    if spec.get("throttle_names"):
+        names = [name.replace("clocks_event_reasons.", "clocks_throttle_reasons.") for name in names]
+    rows = ["index, name, uuid, driver_version, memory.total [MiB], pci.bus_id, " + ", ".join(names)]
+    for i in range(spec["gpus"]):
+        faults = spec.get("gpu_faults", {}).get(i, {})
+        health = [faults.get(name, value) for name, value in GPU_HEALTH]
         rows.append(f"{i}, {H100[0]}, {gpu_uuid(node, i)}, {DRIVER}, {H100[1]}, "
-                    f"00000000:{PCI_BUS_IDS[i]}:00.0")
+                    f"00000000:{PCI_BUS_IDS[i]}:00.0, " + ", ".join(health))
     return "\n".join(rows)
+
+
+def build_counters(root, spec):
+    """ports/1/counters/ of every HCA: zeros, or the planted values."""
+    for hca_index in range(len(spec["ports"])):
+        planted = spec.get("counters", {}).get(hca_index, {})
+        for name in PORT_COUNTERS:
+            write(os.path.join(root, f"mlx5_{hca_index}", "ports", "1", "counters", name),
+                  planted.get(name, "0"))
+
+
+def install_tools(node_dir, spec):
+    """bin/nvidia-smi and bin/dmesg (the stand-ins) and the kernel log dmesg reads."""
+    bin_dir = os.path.join(node_dir, "bin")
+    if not os.path.isdir(bin_dir):
+        os.makedirs(bin_dir)
+    for tool, source in (("nvidia-smi", "nvidia_smi.py"), ("dmesg", "dmesg.py")):
+        target = os.path.join(bin_dir, tool)
+        shutil.copyfile(os.path.join(HERE, source), target)
+        os.chmod(target, 0o755)
+    with open(os.path.join(node_dir, "dmesg.txt"), "w") as handle:
+        handle.write("".join(f"{age}\t{message}\n" for age, message in spec.get("dmesg", [])))
 
 
 def build_node(base, node):
@@ -257,14 +332,10 @@ def build_node(base, node):
     build_infiniband(os.path.join(class_dir, "infiniband"), spec, node, node_index)
     build_net(os.path.join(class_dir, "net"), spec, node_index)
     build_modules(module_dir, os.path.join(node_dir, "proc_modules"), spec)
-    write(os.path.join(node_dir, "gpus.csv"), gpus_csv(node, spec["gpus"]))
+    build_counters(os.path.join(class_dir, "infiniband"), spec)
+    write(os.path.join(node_dir, "gpus.csv"), gpus_csv(node, spec))
     write(os.path.join(node_dir, "cuda_version"), CUDA)
-    bin_dir = os.path.join(node_dir, "bin")
-    if not os.path.isdir(bin_dir):
-        os.makedirs(bin_dir)
-    target = os.path.join(bin_dir, "nvidia-smi")
-    shutil.copyfile(os.path.join(HERE, "nvidia_smi.py"), target)
-    os.chmod(target, 0o755)
+    install_tools(node_dir, spec)
     return node_dir
 
 

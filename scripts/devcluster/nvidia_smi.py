@@ -4,8 +4,12 @@
 Installed as `$DIR/nodes/<node>/bin/nvidia-smi`; it answers from `../gpus.csv`
 (real `nvidia-smi --query-gpu=... --format=csv` output, header included) and
 `../cuda_version`. Supported: `--query-gpu=FIELDS --format=csv[,noheader][,nounits]`
-(any subset and order of the CSV's fields, plus `count`), `-i/--id`, `-L`, and the
-plain banner. Without gpus.csv it fails like a node whose driver is not loaded.
+(any subset and order of the CSV's fields, plus `count`),
+`--query-remapped-rows=FIELDS` (from the CSV's `remapped_rows.*` columns), `-i/--id`,
+`-L`, and the plain banner. The clock reasons answer under both names,
+`clocks_event_reasons.*` and `clocks_throttle_reasons.*`, unless the CSV names them
+`clocks_throttle_reasons.*`: then, like a driver before 535, only that name is valid.
+Without gpus.csv it fails like a node whose driver is not loaded.
 Kept to Python 3.6 syntax like the probe.
 """
 
@@ -17,6 +21,8 @@ CSV_PATH = os.path.join(NODE_DIR, "gpus.csv")
 
 # Names nvidia-smi accepts for the same property.
 ALIASES = {"gpu_name": "name", "gpu_uuid": "uuid", "gpu_bus_id": "pci.bus_id"}
+EVENT = "clocks_event_reasons."
+THROTTLE = "clocks_throttle_reasons."
 # Valid nvidia-smi fields this stand-in has no data for: answered "[N/A]".
 KNOWN_FIELDS = {"serial", "compute_cap", "memory.used", "memory.free", "temperature.gpu",
                 "utilization.gpu", "utilization.memory", "power.draw", "pstate",
@@ -57,7 +63,7 @@ def parse_args(argv):
     while i < len(argv):
         arg = argv[i]
         name, eq, value = arg.partition("=")
-        if name in ("--query-gpu", "--format", "--id", "-i") and not eq:
+        if name in ("--query-gpu", "--query-remapped-rows", "--format", "--id", "-i") and not eq:
             if i + 1 >= len(argv):
                 fail(f"Option {name} requires a value.")
             value = argv[i + 1]
@@ -87,27 +93,43 @@ def select(rows, ids):
     return chosen
 
 
-def query(options, header, rows):
+def canonical(field, header):
+    """The CSV column a queried field reads: aliases, and the two clock-reason names."""
+    name = ALIASES.get(field, field)
+    names = {f for f, _ in header}
+    if name.startswith(THROTTLE) and name not in names:
+        name = EVENT + name[len(THROTTLE):]
+    elif name.startswith(EVENT) and any(f.startswith(THROTTLE) for f in names):
+        return field  # a driver before 535 knows only clocks_throttle_reasons.*
+    return name
+
+
+def query(options, header, rows, option="--query-gpu"):
     fmt = options.get("--format")
     if fmt is None:
-        fail('"--format" must be specified when using "--query-gpu".')
+        fail(f'"--format" must be specified when using "{option}".')
     flags = [part.strip() for part in fmt.split(",")]
     if flags[0] != "csv" or not set(flags[1:]) <= {"noheader", "nounits"}:
         fail(f'"{fmt}" is not a valid format.')
     units = dict(header)
-    fields = [f.strip() for f in options["--query-gpu"].split(",") if f.strip()]
+    fields = [f.strip() for f in options[option].split(",") if f.strip()]
+    if option == "--query-remapped-rows":
+        bad = [f for f in fields if not f.startswith("remapped_rows.")
+               and f not in ("gpu_bus_id", "gpu_uuid")]
+        if bad:
+            fail(f'Field "{bad[0]}" is not a valid field to query.')
+    columns = [canonical(f, header) for f in fields]
     out = []
     if "noheader" not in flags:
-        out.append(", ".join(f + (f" [{units[ALIASES.get(f, f)]}]"
-                                  if units.get(ALIASES.get(f, f)) else "") for f in fields))
+        out.append(", ".join(f + (f" [{units[c]}]" if units.get(c) else "")
+                             for f, c in zip(fields, columns)))
     for row in rows:
-        out.append(", ".join(value_of(f, row, units, len(rows), "nounits" in flags)
-                             for f in fields))
+        out.append(", ".join(value_of(f, c, row, units, len(rows), "nounits" in flags)
+                             for f, c in zip(fields, columns)))
     sys.stdout.write("".join(line + "\n" for line in out))
 
 
-def value_of(field, row, units, count, nounits):
-    name = ALIASES.get(field, field)
+def value_of(field, name, row, units, count, nounits):
     if name == "count":
         return str(count)
     if name in row:
@@ -144,6 +166,8 @@ def main(argv):
     rows = select(rows, options.get("--id"))
     if "--query-gpu" in options:
         query(options, header, rows)
+    elif "--query-remapped-rows" in options:
+        query(options, header, rows, "--query-remapped-rows")
     elif "-L" in options:
         for row in rows:
             sys.stdout.write(f"GPU {row.get('index')}: {row.get('name')} (UUID: {row.get('uuid')})\n")

@@ -104,8 +104,9 @@ def test_healthy_ib_node_passes_every_configured_check(
     assert entry["status"] == "pass"
     assert failing(entry) == {}
     assert {c["id"] for c in entry["checks"]} == {
-        "gpu.count", "gpu.model", "gpu.driver", "nccl.library", "rdma.hca_present",
-        "rdma.port_state", "rdma.link_rate", "rdma.link_layer", "rdma.peermem"}
+        "gpu.count", "gpu.model", "gpu.driver", "gpu.ecc", "gpu.pcie_link", "gpu.throttle", "gpu.xid",
+        "nccl.library", "rdma.hca_present", "rdma.port_state", "rdma.link_rate", "rdma.link_layer",
+        "rdma.port_errors", "rdma.peermem"}
 
 
 @pytest.mark.parametrize("node, check_id, words", [

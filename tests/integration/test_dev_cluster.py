@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from conftest import read_node_table
 
 if TYPE_CHECKING:
     from conftest import DevCluster
@@ -65,8 +66,10 @@ def test_login_node_runs_the_slurm_client_as_ckuser(dev_cluster: DevCluster) -> 
     assert re.fullmatch(r"\d+(;\w+)?", lines[1])
 
 
-@pytest.mark.parametrize("node", ["n1", "n2", "ib-ok", "roce-ok", "ib-portdown", "ib-nohca",
-                                  "roce-v1", "ib-nopeermem"])
+HARDWARE_NODES = [name for name, _, kind in read_node_table() if kind in ("slurm", "fake")]
+
+
+@pytest.mark.parametrize("node", HARDWARE_NODES)
 def test_fake_node_has_its_own_hostname_and_gpus(dev_cluster: DevCluster, node: str) -> None:
     out = sh(dev_cluster, node, "hostname; nvidia-smi --query-gpu=name,driver_version "
              "--format=csv,noheader; nvidia-smi | grep -o 'CUDA Version: [0-9.]*'")
@@ -143,4 +146,28 @@ def test_up_again_keeps_the_same_daemons(dev_cluster: DevCluster) -> None:
                    env={**dev_cluster.slurm_env(), "CLUSTERKIT_DEV_DIR": str(dev_cluster.state_dir)})
     after = {p.name: p.read_text() for p in run_dir.glob("*.pid")}
     assert after == before
-    assert len(before) == 2 + 1 + 10 + 1  # slurmd x2, slurmctld, sshd x10, silent listener
+    # Ours: slurmctld, and per node of nodes.tsv its slurmd, sshd or silent listener (a shared
+    # state dir may also hold the daemons of nodes another checkout's table adds).
+    expected = {"slurmctld.pid"}
+    for node, kind in dev_cluster.kinds.items():
+        expected |= {f"slurmd-{node}.pid"} if kind == "slurm" else set()
+        expected |= {f"sshd-{node}.pid"} if kind in ("slurm", "fake", "login", "badkey") else set()
+        expected |= {f"silent-{node}.pid"} if kind == "silent" else set()
+    assert expected <= set(before), sorted(expected - set(before))
+
+
+def test_stand_ins_answer_health_fields_kernel_log_and_counters(dev_cluster: DevCluster) -> None:
+    """What the probe reads on gpu-ecc, gpu-xid and ib-flap, as real nvidia-smi/dmesg/sysfs print it."""
+    ecc = sh(dev_cluster, "gpu-ecc", "nvidia-smi --query-gpu=index,ecc.errors.uncorrected.volatile.total,"
+             "clocks_throttle_reasons.active --format=csv -i 2; nvidia-smi --query-remapped-rows="
+             "gpu_bus_id,remapped_rows.pending,remapped_rows.failure --format=csv,noheader -i 2")
+    assert ecc.splitlines() == [
+        "index, ecc.errors.uncorrected.volatile.total, clocks_throttle_reasons.active",
+        "2, 2, 0x0000000000000001", "00000000:3A:00.0, Yes, No"]
+    old = dev_cluster.ssh("gpu-powercap", "nvidia-smi --query-gpu=clocks_event_reasons.active --format=csv")
+    assert (old.returncode, old.stdout) == (2, 'Field "clocks_event_reasons.active" is not a valid field to query.\n')
+    log = sh(dev_cluster, "gpu-xid", "dmesg").splitlines()
+    assert len(log) == 2 and re.fullmatch(r"\[ *\d+\.\d{6}\] NVRM: Xid \(PCI:0000:2a:00\): 79, .*", log[0])
+    counters = sh(dev_cluster, "ib-flap", "cat /sys/class/infiniband/mlx5_1/ports/1/counters/link_downed "
+                  "/sys/class/infiniband/mlx5_0/ports/1/counters/link_downed")
+    assert counters.split() == ["37", "0"]

@@ -20,6 +20,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,6 @@ PROBE = REPO / "cluster_kit" / "probe.py"
 FACTS_DIR = REPO / "tests" / "data" / "facts"
 REGEN = os.environ.get("CLUSTERKIT_REGEN_FACTS") == "1"
 
-QUERY = "--query-gpu=index,name,uuid,driver_version,memory.total,pci.bus_id"
 SMI_DRIVER_ERROR = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
                     "Make sure that the latest NVIDIA driver is installed and running.")
 SMI_BANNER = """Tue Mar 12 10:14:03 2024
@@ -51,11 +51,48 @@ ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 IB_NDR = "400 Gb/sec (4X NDR)"
 
 
+# A healthy GPU's health fields, in the probe's query order, with the values and
+# formats a real H200 printed (tests/data/nvidia_smi/query-event.txt).
+HEALTHY = {
+    "persistence_mode": "Enabled", "ecc.mode.current": "Enabled",
+    "ecc.errors.corrected.volatile.total": "0", "ecc.errors.uncorrected.volatile.total": "0",
+    "ecc.errors.uncorrected.aggregate.total": "0", "retired_pages.pending": "[N/A]",
+    "pcie.link.gen.current": "5", "pcie.link.gen.max": "5", "pcie.link.width.current": "16",
+    "pcie.link.width.max": "16", "temperature.gpu": "31", "clocks_event_reasons.active": "0x0000000000000001",
+    "remapped_rows.correctable": "0", "remapped_rows.uncorrectable": "0", "remapped_rows.pending": "No",
+    "remapped_rows.failure": "No",
+}
+# The start of a real ring buffer (tests/data/nvidia_smi/kernel.txt): no Xid.
+DMESG_OK = """[    0.449435] nvidia: loading out-of-tree module taints kernel.
+[    0.545009] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)
+[    3.737519] NVRM: Persistence mode is deprecated and will be removed in a future release."""
+DMESG_DENIED = "dmesg: read kernel buffer failed: Operation not permitted"
+UPTIME = "28627.27 113000.10"
+XID_79 = "NVRM: Xid (PCI:0000:2a:00): 79, pid=48213, name=python, GPU has fallen off the bus."
+XID_13 = ("NVRM: Xid (PCI:0000:3a:00): 13, pid=48213, name=python, Graphics Exception: "
+          "ESR 0x50df30=0x107000e 0x50df34=0x0 0x50df28=0x0 0x50df2c=0x0")
+ZERO_COUNTERS = {name: "0" for name in probe.PORT_ERROR_COUNTERS} | {"port_xmit_data": "918273645"}
+
+
+def gpu_rows(count: int, driver: str, health: dict[int, dict[str, str]]) -> list[dict[str, str]]:
+    """Every field nvidia-smi can answer for `count` H100s, as a real DGX H100 prints them."""
+    rows = []
+    for i in range(count):
+        row = {"index": str(i), "name": "NVIDIA H100 80GB HBM3",
+               "uuid": f"GPU-{i:x}3c1d2e0-7b5a-4c1e-9f2d-0a1b2c3d4e{i:02x}", "driver_version": driver,
+               "memory.total": "81559 MiB", "pci.bus_id": f"00000000:{H100_BUS_IDS[i]}:00.0"}
+        row.update(HEALTHY)
+        row.update(health.get(i, {}))
+        row["clocks_throttle_reasons.active"] = row["clocks_event_reasons.active"]
+        row["gpu_bus_id"], row["gpu_uuid"] = row["pci.bus_id"], row["uuid"]
+        rows.append(row)
+    return rows
+
+
 def h100_csv(count: int = 8, driver: str = "550.54.15") -> str:
-    """nvidia-smi's CSV (noheader) for `count` H100s, as a real DGX H100 prints it."""
-    return "".join(
-        f"{i}, NVIDIA H100 80GB HBM3, GPU-{i:x}3c1d2e0-7b5a-4c1e-9f2d-0a1b2c3d4e{i:02x}, {driver}, "
-        f"81559 MiB, 00000000:{H100_BUS_IDS[i]}:00.0\n" for i in range(count))
+    """nvidia-smi's CSV (noheader) of the probe's basic fields for `count` H100s."""
+    return "".join(", ".join(row[f] for f in probe.GPU_QUERY_FIELDS) + "\n"
+                   for row in gpu_rows(count, driver, {}))
 
 
 @dataclass
@@ -77,6 +114,7 @@ class Port:
     link_layer: str = "InfiniBand"
     gids: list[Gid] = field(default_factory=list)
     table_size: int = 4
+    counters: dict[str, str] | None = field(default_factory=lambda: dict(ZERO_COUNTERS))
 
 
 @dataclass
@@ -120,7 +158,13 @@ class Node:
     hcas: list[Hca] | None
     interfaces: dict[str, Iface]
     smi: str = "ok"                     # ok | fail | missing
-    gpu_csv: str = field(default_factory=h100_csv)
+    gpus: int = 8
+    driver: str = "550.54.15"
+    gpu_health: dict[int, dict[str, str]] = field(default_factory=dict)   # GPU index -> field -> value
+    smi_knows: str = "event"            # event | throttle (before 535) | none: health fields it answers
+    remapped_rows: bool = True          # whether --query-remapped-rows answers
+    dmesg: str | None = DMESG_OK        # None: dmesg is denied (kernel.dmesg_restrict)
+    journal: str | None = None          # `journalctl -k -o short-unix` output; None: no journalctl
     sys_modules: tuple[str, ...] = ("nvidia_peermem",)
     proc_modules: tuple[str, ...] = ("nvidia_peermem", "mlx5_ib", "nvidia")
     cmdline: str = "BOOT_IMAGE=/vmlinuz-5.15.0-105-generic root=/dev/nvme0n1p2 ro iommu=pt intel_iommu=on"
@@ -238,9 +282,21 @@ SCENARIOS = {
     "roce-ok": roce_ok,
     "roce-v1": roce_v1,
     "no-rdma": lambda: Node(hcas=None, interfaces=mgmt_interfaces(), sys_modules=(),
-                            proc_modules=("nvidia",), gpu_csv=h100_csv(7, "535.104.05")),
+                            proc_modules=("nvidia",), gpus=7, driver="535.104.05"),
     "smi-fail": lambda: replace(ib_ok(), smi="fail"),
     "smi-missing": lambda: replace(ib_ok(), smi="missing"),
+    # Degraded but up: one planted fault each (the dev cluster's nodes of the same names).
+    "gpu-ecc": lambda: replace(ib_ok(), gpu_health={2: {
+        "ecc.errors.uncorrected.volatile.total": "2", "ecc.errors.uncorrected.aggregate.total": "2",
+        "remapped_rows.uncorrectable": "1", "remapped_rows.pending": "Yes"}}),
+    "gpu-x8": lambda: replace(ib_ok(), gpu_health={5: {"pcie.link.width.current": "8"}}),
+    "gpu-throttle": lambda: replace(ib_ok(), gpu_health={3: {
+        "clocks_event_reasons.active": "0x0000000000000048", "temperature.gpu": "91"}}),
+    "gpu-xid": lambda: replace(ib_ok(), dmesg=DMESG_OK + f"\n[28027.270000] {XID_79}\n[28327.270000] {XID_13}"),
+    "ib-flap": lambda: ib_with(1, counters=dict(ZERO_COUNTERS, link_downed="37", link_error_recovery="112",
+                                                 symbol_error="4021")),
+    "gpu-powercap": lambda: replace(ib_ok(), smi_knows="throttle", gpu_health={
+        i: {"clocks_event_reasons.active": "0x0000000000000004"} for i in range(8)}),
 }
 
 
@@ -274,6 +330,8 @@ def build_port(port_dir: Path, port: Port) -> None:
     for name in ("state", "phys_state", "rate", "link_layer"):
         write(port_dir / name, getattr(port, name))
     write(port_dir / "lid", "0x1a" if port.link_layer == "InfiniBand" else "0x0")
+    for name, count in (port.counters or {}).items():
+        write(port_dir / "counters" / name, count)
     for index in range(port.table_size):
         gid = port.gids[index] if index < len(port.gids) else None
         write(port_dir / "gids" / str(index), gid.value if gid else ZERO_GID)
@@ -311,23 +369,65 @@ def build_iface(root: Path, name: str, iface: Iface) -> None:
     link(root / "sys/class/net" / name, if_dir)
 
 
+def printf_lines(text: str) -> str:
+    """A shell builtin command printing `text` line by line (PATH has no cat here)."""
+    return "printf '%s\\n' " + " ".join(shlex.quote(line) for line in text.splitlines()) if text else ":"
+
+
+def answer(option: str, fields: tuple[str, ...], rows: list[dict[str, str]], refused: str | None) -> str:
+    """One `case` arm of the stand-in: the CSV nvidia-smi prints, or its invalid-field error."""
+    if refused:
+        message = shlex.quote(f'Field "{refused}" is not a valid field to query.')
+        reply = f"printf '%s\\n\\n' {message}; exit 2"
+    else:
+        reply = printf_lines("\n".join(", ".join(row[f] for f in fields) for row in rows))
+    pattern = shlex.quote(f"{option}={','.join(fields)} --format=csv,noheader")
+    return f"  {pattern}) {reply} ;;\n"
+
+
+def refused_field(fields: tuple[str, ...], knows: str) -> str | None:
+    """The first health field a driver that knows `knows` rejects."""
+    extra = [f for f in fields if f not in probe.GPU_QUERY_FIELDS]
+    if knows == "none":
+        return extra[0] if extra else None
+    bad = probe.EVENT_PREFIX if knows == "throttle" else "no such prefix"
+    return next((f for f in extra if f.startswith(bad)), None)
+
+
 def build_smi(bindir: Path, node: Node) -> None:
-    """A stand-in nvidia-smi that answers only the probe's exact query (shell builtins only)."""
+    """A stand-in nvidia-smi answering the probe's exact queries with real CSV (shell builtins only)."""
     bindir.mkdir(parents=True, exist_ok=True)
     if node.smi == "missing":
         return
     if node.smi == "fail":
         body = f"printf '%s\\n' {shlex.quote(SMI_DRIVER_ERROR)}\nexit 9\n"
     else:
-        csv_lines = " ".join(shlex.quote(line) for line in node.gpu_csv.splitlines())
-        banner = " ".join(shlex.quote(line) for line in SMI_BANNER.splitlines())
-        body = (f'if [ "$1" = "{QUERY}" ] && [ "$2" = "--format=csv,noheader" ]; then\n'
-                f"  printf '%s\\n' {csv_lines}\nelif [ $# -eq 0 ]; then\n"
-                f"  printf '%s\\n' {banner}\nelse\n"
-                "  printf '%s\\n' \"Invalid combination of input arguments.\"; exit 2\nfi\n")
-    script = bindir / "nvidia-smi"
-    script.write_text("#!/bin/sh\n" + body)
-    script.chmod(0o755)
+        rows = gpu_rows(node.gpus, node.driver, node.gpu_health)
+        arms = "".join(answer("--query-gpu", fields, rows, refused_field(fields, node.smi_knows))
+                       for fields in probe.health_queries())
+        if node.remapped_rows:
+            arms += answer("--query-remapped-rows", probe.REMAPPED_ROWS_FIELDS, rows, None)
+        body = (f'[ $# -eq 0 ] && {{ {printf_lines(SMI_BANNER)}; exit 0; }}\n'
+                f'case "$1 $2" in\n{arms}'
+                "  *) printf '%s\\n' \"Invalid combination of input arguments.\"; exit 2 ;;\nesac\n")
+    executable(bindir / "nvidia-smi", body)
+
+
+def executable(path: Path, body: str) -> None:
+    """A /bin/sh script."""
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+
+
+def build_kernel_log(root: Path, node: Node) -> None:
+    """Stand-in dmesg (or its permission error), journalctl if the node has one, /proc/uptime."""
+    write(root / "proc/uptime", UPTIME)
+    if node.dmesg is None:
+        executable(root / "bin/dmesg", f"printf '%s\\n' {shlex.quote(DMESG_DENIED)} >&2; exit 1\n")
+    else:
+        executable(root / "bin/dmesg", printf_lines(node.dmesg) + "\n")
+    if node.journal is not None:
+        executable(root / "bin/journalctl", printf_lines(node.journal) + "\n")
 
 
 def build_node(root: Path, node: Node) -> None:
@@ -349,6 +449,7 @@ def build_node(root: Path, node: Node) -> None:
     for name, iface in node.interfaces.items():
         build_iface(root, name, iface)
     build_smi(root / "bin", node)
+    build_kernel_log(root, node)
 
 
 # ---------------------------------------------------------------- running the probe
@@ -485,7 +586,16 @@ def test_gpus_are_parsed_from_real_nvidia_smi_csv(tmp_path: Path) -> None:
     assert len(gpu["gpus"]) == 8
     assert gpu["gpus"][7] == {"index": "7", "name": "NVIDIA H100 80GB HBM3",
                               "uuid": "GPU-73c1d2e0-7b5a-4c1e-9f2d-0a1b2c3d4e07", "driver_version": "550.54.15",
-                              "memory_total": "81559 MiB", "pci_bus_id": "00000000:DB:00.0"}
+                              "memory_total": "81559 MiB", "pci_bus_id": "00000000:DB:00.0",
+                              "persistence_mode": "Enabled", "ecc_mode_current": "Enabled",
+                              "ecc_errors_corrected_volatile_total": "0", "ecc_errors_uncorrected_volatile_total": "0",
+                              "ecc_errors_uncorrected_aggregate_total": "0", "retired_pages_pending": "[N/A]",
+                              "pcie_link_gen_current": "5", "pcie_link_gen_max": "5", "pcie_link_width_current": "16",
+                              "pcie_link_width_max": "16", "temperature_gpu": "31",
+                              "clocks_event_reasons_active": "0x0000000000000001",
+                              "remapped_rows_correctable": "0", "remapped_rows_uncorrectable": "0",
+                              "remapped_rows_pending": "No", "remapped_rows_failure": "No"}
+    assert gpu["clock_reasons_field"] == "clocks_event_reasons.active" and "health_error" not in gpu
 
 
 def test_nvidia_smi_driver_failure_is_an_error_fact_with_its_text(tmp_path: Path) -> None:
@@ -629,3 +739,96 @@ def test_no_proc_net_route_is_absent(tmp_path: Path) -> None:
     node.route = None
     build_node(tmp_path / "node", node)
     assert run_probe(tmp_path / "node")["route"] == {"status": "absent", "error": "/proc/net/route is not readable"}
+
+
+# ---------------------------------------------------------------- gpu health, xid, port counters
+
+def test_health_fields_come_from_the_one_widened_query(tmp_path: Path) -> None:
+    gpu = probe_scenario(tmp_path, "gpu-x8")["gpu"]
+    assert (gpu["gpus"][5]["pcie_link_width_current"], gpu["gpus"][5]["pcie_link_width_max"]) == ("8", "16")
+    assert gpu["gpus"][4]["pcie_link_width_current"] == "16"
+    assert "refused_fields" not in gpu
+
+
+def test_a_driver_before_535_is_asked_again_with_the_throttle_names(tmp_path: Path) -> None:
+    gpu = probe_scenario(tmp_path, "gpu-powercap")["gpu"]
+    assert gpu["refused_fields"] == ["clocks_event_reasons.active"]
+    assert gpu["clock_reasons_field"] == "clocks_throttle_reasons.active"
+    assert {g["clocks_event_reasons_active"] for g in gpu["gpus"]} == {"0x0000000000000004"}
+
+
+def test_a_driver_refusing_every_health_field_still_lists_its_gpus(tmp_path: Path) -> None:
+    build_node(tmp_path, replace(ib_ok(), smi_knows="none"))
+    gpu = run_probe(tmp_path, memlock_kib=64)["gpu"]
+    assert gpu["status"] == "ok" and len(gpu["gpus"]) == 8
+    assert set(gpu["gpus"][0]) == {"index", "name", "uuid", "driver_version", "memory_total", "pci_bus_id"}
+    assert gpu["health_error"] == "nvidia-smi refused the health fields: persistence_mode"
+    assert gpu["clock_reasons_field"] is None
+
+
+def test_remapped_rows_are_merged_by_bus_id_and_a_refusal_is_a_fact(tmp_path: Path) -> None:
+    gpu = probe_scenario(tmp_path, "gpu-ecc")["gpu"]
+    assert (gpu["gpus"][2]["remapped_rows_pending"], gpu["gpus"][2]["remapped_rows_uncorrectable"]) == ("Yes", "1")
+    assert gpu["gpus"][1]["remapped_rows_pending"] == "No"
+    build_node(tmp_path / "old", replace(ib_ok(), remapped_rows=False))
+    old = run_probe(tmp_path / "old", memlock_kib=64)["gpu"]
+    assert old["status"] == "ok"
+    assert old["remapped_rows_error"] == "Invalid combination of input arguments."
+    assert "remapped_rows_pending" not in old["gpus"][0]
+
+
+def test_xid_events_from_dmesg_carry_their_age_and_bus(tmp_path: Path) -> None:
+    xid = probe_scenario(tmp_path, "gpu-xid")["xid"]
+    assert (xid["status"], xid["source"], xid["total"]) == ("ok", "dmesg", 2)
+    assert xid["events"] == [
+        {"xid": 13, "pci": "0000:3a:00", "age_s": 300.0, "text": XID_13.split("13, ", 1)[1]},
+        {"xid": 79, "pci": "0000:2a:00", "age_s": 600.0,
+         "text": "pid=48213, name=python, GPU has fallen off the bus."}]
+
+
+def test_denied_dmesg_falls_back_to_the_journal(tmp_path: Path) -> None:
+    now = int(time.time())
+    journal = f"{now - 120}.000000 gpu001 kernel: {XID_79}\n{now - 60}.500000 gpu001 kernel: eth0: link up"
+    build_node(tmp_path, replace(ib_ok(), dmesg=None, journal=journal))
+    xid = run_probe(tmp_path, memlock_kib=64)["xid"]
+    assert (xid["status"], xid["source"], xid["lookback_s"]) == ("ok", "journal", 7 * 86400)
+    assert [(e["xid"], e["pci"]) for e in xid["events"]] == [(79, "0000:2a:00")]
+    assert 110 <= xid["events"][0]["age_s"] <= 180
+
+
+def test_an_unreadable_kernel_log_is_an_error_fact_naming_both_sources(tmp_path: Path) -> None:
+    build_node(tmp_path, replace(ib_ok(), dmesg=None))
+    xid = run_probe(tmp_path, memlock_kib=64)["xid"]
+    assert xid == {"status": "error", "error": f"kernel log unreadable: {DMESG_DENIED}; "
+                   "journalctl not found on PATH"}
+
+
+def test_journal_without_permission_counts_as_unreadable(tmp_path: Path) -> None:
+    build_node(tmp_path, replace(ib_ok(), dmesg=None, journal=""))
+    hint = ("Hint: You are currently not seeing messages from other users and the system.\n"
+            "      Users in groups 'adm', 'systemd-journal' can see all messages.")
+    executable(tmp_path / "bin/journalctl", f"printf '%s\\n' {shlex.quote(hint)} >&2\n")
+    xid = run_probe(tmp_path, memlock_kib=64)["xid"]
+    assert xid["status"] == "error" and "journalctl: Hint: You are currently not seeing" in xid["error"]
+
+
+def test_port_error_counters_are_read_and_others_left_out(tmp_path: Path) -> None:
+    hcas = probe_scenario(tmp_path, "ib-flap")["rdma"]["hcas"]
+    assert hcas["mlx5_1"]["ports"]["1"]["counters"] == dict(
+        {name: "0" for name in probe.PORT_ERROR_COUNTERS}, link_downed="37", link_error_recovery="112",
+        symbol_error="4021")
+    build_node(tmp_path / "bare", ib_with(0, counters=None))
+    assert run_probe(tmp_path / "bare", memlock_kib=64)["rdma"]["hcas"]["mlx5_0"]["ports"]["1"]["counters"] == {}
+
+
+@pytest.mark.skipif(python36() is None, reason="no Python 3.6 interpreter here")
+@pytest.mark.parametrize("name", ["gpu-powercap", "gpu-xid", "ib-flap"])
+def test_health_facts_are_the_same_on_python36(tmp_path: Path, name: str) -> None:
+    py36 = python36()
+    assert py36 is not None
+    build_node(tmp_path, SCENARIOS[name]())
+    on36, current = run_probe(tmp_path, python=py36), run_probe(tmp_path)
+    for section in ("gpu", "xid"):
+        assert on36[section] == current[section]
+    assert on36["rdma"]["hcas"]["mlx5_1"]["ports"]["1"]["counters"] == (
+        current["rdma"]["hcas"]["mlx5_1"]["ports"]["1"]["counters"])

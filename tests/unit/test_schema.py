@@ -39,6 +39,8 @@ def test_unquoted_times_and_ports_stay_text() -> None:
     (schema.dotted_version(), ["535.104.05", "550", 550], [535.40, "535.x", "v550"]),
     (schema.pep440_specifier(), [">=2.18", ">=2.18,<3", "==2.21.5"], ["2.18+", 2.18, "at least"]),
     (schema.integer(0, 31), [0, 22, 31], [32, -1, "22", True]),
+    (schema.duration_window(), ["24h", "30m", "7d", "90s", "600", 3600, 604800],
+     ["8d", 604801, "1w", "24 h", "-1h", 0, "0h", True, 1.5]),
     (schema.exclusive(), [True, False, "user", "mcs", "topo"], ["yes", 1]),
     (schema.env_name(), ["OMP_NUM_THREADS", "_x", "a1"], ["1A", "A-B", "A B", ""]),
     (schema.sbatch_value(), ["END,FAIL", "afterok:123", "now+1hour", 5, True],
