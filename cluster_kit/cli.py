@@ -31,7 +31,7 @@ def cli(ctx: click.Context, profile_path: tuple[str, ...], verbose: bool) -> Non
 
 
 @cli.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("files", nargs=-1, required=True, type=click.Path(readable=False))
 @pass_app
 def validate(app: App, files: tuple[str, ...]) -> None:
     """Check profiles and job files; print every problem as FILE:LINE: message."""
@@ -72,7 +72,7 @@ def profiles_show(app: App, name: str) -> None:
 
 
 @cli.command()
-@click.argument("job_file", type=click.Path(exists=True, dir_okay=False))
+@click.argument("job_file", type=click.Path(exists=True, readable=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the script here.")
 @pass_app
 def render(app: App, job_file: str, output: str | None) -> None:

@@ -172,8 +172,8 @@ class Problems:
             self.add(doc.path, doc.line(key_path), message)
 
     def add_yaml_error(self, exc: YamlError) -> None:
-        """A file that could not be loaded at all."""
-        self.add(exc.path, exc.line, exc.problem)
+        """A file that could not be loaded at all, with the fix (validate prints lines only)."""
+        self.add(exc.path, exc.line, f"{exc.problem}; {exc.fix}" if exc.fix else exc.problem)
 
     def count(self) -> int:
         """How many problems so far."""
@@ -225,21 +225,24 @@ def load_profile(ref: str, search: SearchPath, base: Path | None = None) -> Prof
     return profile
 
 
-def _resolve_profile(path: Path, search: SearchPath, problems: Problems) -> Profile | None:
-    """Load the extends chain of `path`; None when a problem prevents resolving it."""
+def _resolve_profile(path: Path, search: SearchPath, problems: Problems,
+                     loaded: YamlDoc | None = None) -> Profile | None:
+    """Load the extends chain of `path` (`loaded`: its file, already read); None when a
+    problem prevents resolving it."""
     before = problems.count()
-    chain = _load_chain(path, search, problems)
+    chain = _load_chain(path, search, problems, loaded)
     if problems.count() > before or not chain:
         return None
     return _build_profile(chain)
 
 
-def _load_chain(path: Path, search: SearchPath, problems: Problems) -> list[YamlDoc]:
+def _load_chain(path: Path, search: SearchPath, problems: Problems,
+                loaded: YamlDoc | None = None) -> list[YamlDoc]:
     """The profile file and its parents, child first; problems recorded, not raised."""
     chain: list[YamlDoc] = []
     while True:
         try:
-            doc = load_yaml(path)
+            doc = loaded if loaded is not None and not chain else load_yaml(path)
         except YamlError as exc:
             problems.add_yaml_error(exc)
             return chain
@@ -525,5 +528,5 @@ def validate_files(paths: Sequence[Path], search: SearchPath) -> list[str]:
         if is_job(doc.data):
             _check_job(doc, search, problems)
         else:
-            _resolve_profile(path, search, problems)
+            _resolve_profile(path, search, problems, loaded=doc)
     return problems.lines()

@@ -120,10 +120,11 @@ def test_bad_job_reports_every_problem_at_once(search: SearchPath) -> None:
 
 @pytest.mark.parametrize(("name", "line", "message"), [
     ("bad-yaml.yaml", 4, ("expected ',' or ']', but got ':' (while parsing a flow sequence "
-                         "started on line 3)")),
-    ("duplicate.yaml", 5, "duplicate key 'partition' (first defined on line 3)"),
-    ("empty.yaml", 1, "the file is empty"),
-    ("list-top.yaml", 1, "the top level is a list, not a mapping"),
+                         "started on line 3); fix the YAML syntax (indentation, quotes, `key: value`)")),
+    ("duplicate.yaml", 5, ("duplicate key 'partition' (first defined on line 3); "
+                           "remove or rename one of the two keys")),
+    ("empty.yaml", 1, "the file is empty; write a mapping of keys, e.g. `name: mycluster`"),
+    ("list-top.yaml", 1, "the top level is a list, not a mapping; write `key: value` lines at the top level"),
 ])
 def test_unreadable_yaml_is_one_problem_with_its_line(search: SearchPath, name: str,
                                                        line: int, message: str) -> None:
@@ -161,8 +162,8 @@ def test_missing_parent_names_the_extends_line(search: SearchPath) -> None:
 
 def test_problems_of_several_files_come_in_file_order(search: SearchPath) -> None:
     lines = validate_files([DATA / "duplicate.yaml", DATA / "bad-job.yaml"], search)
-    assert lines == [at("duplicate.yaml", 5, "duplicate key 'partition' (first defined on line 3)"),
-                     *BAD_JOB]
+    assert lines == [at("duplicate.yaml", 5, "duplicate key 'partition' (first defined on line 3); "
+                        "remove or rename one of the two keys"), *BAD_JOB]
 
 
 def test_a_job_reports_its_profiles_problems_after_its_own(search: SearchPath,
