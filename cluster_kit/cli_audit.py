@@ -18,7 +18,6 @@ from cluster_kit.cli_nodes import (
 )
 from cluster_kit.errors import ClusterKitError, InputError
 
-
 BASELINE_MAX_BYTES = 64 * 1024 * 1024
 
 

@@ -23,8 +23,7 @@ import posixpath
 import re
 import shlex
 import traceback
-from collections.abc import Callable
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

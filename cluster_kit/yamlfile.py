@@ -61,7 +61,7 @@ class _Loader(yaml.SafeLoader):
         self._open_anchors: dict[str, int] = {}  # anchors being composed -> their line
         self._anchor_sizes: dict[str, int] = {}
 
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         """Compose one node, refusing recursion, nesting and expansion over the limits."""
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent):
@@ -70,8 +70,7 @@ class _Loader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         anchor = getattr(event, "anchor", None)
         if self._depth >= MAX_DEPTH:
-            raise yaml.composer.ComposerError(
-                None, None, f"nested more than {MAX_DEPTH} levels deep", event.start_mark)
+            raise _composer_error(f"nested more than {MAX_DEPTH} levels deep", event)
         self._count(1, event)
         before = self._expanded
         self._depth += 1
@@ -89,17 +88,15 @@ class _Loader(yaml.SafeLoader):
     def _check_alias(self, event: yaml.AliasEvent) -> None:
         anchor = event.anchor or ""
         if anchor in self._open_anchors:
-            raise yaml.composer.ComposerError(
-                None, None, f"alias *{anchor} is used inside the value it names "
-                f"(&{anchor} on line {self._open_anchors[anchor]}), which makes it endless",
-                event.start_mark)
+            raise _composer_error(f"alias *{anchor} is used inside the value it names "
+                                  f"(&{anchor} on line {self._open_anchors[anchor]}), "
+                                  "which makes it endless", event)
 
     def _count(self, nodes: int, event: yaml.Event) -> None:
         self._expanded += nodes
         if self._expanded > MAX_NODES:
-            raise yaml.composer.ComposerError(
-                None, None, f"the file expands to more than {MAX_NODES:,} keys and values "
-                "(an alias counts every value it repeats)", event.start_mark)
+            raise _composer_error(f"the file expands to more than {MAX_NODES:,} keys and values "
+                                  "(an alias counts every value it repeats)", event)
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         """Construct a node; a value its tag cannot read is an error at the node's line."""
@@ -109,9 +106,9 @@ class _Loader(yaml.SafeLoader):
             raise
         except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
             tag = str(node.tag).rsplit(":", 1)[-1]
-            shown = node.value if isinstance(node, yaml.ScalarNode) else node.id
+            shown = repr(node.value) if isinstance(node, yaml.ScalarNode) else "the value"
             raise yaml.constructor.ConstructorError(
-                None, None, f"cannot read {shown!r} as {tag}: {exc}", node.start_mark) from None
+                None, None, f"cannot read {shown} as {tag}: {exc}", node.start_mark) from None
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> Any:
         seen: dict[Any, int] = {}
@@ -130,6 +127,11 @@ class _Loader(yaml.SafeLoader):
                 )
             seen[key] = line
         return super().construct_mapping(node, deep=deep)
+
+
+def _composer_error(problem: str, event: Any) -> yaml.composer.ComposerError:
+    """A composer error at the line where `event` starts."""
+    return yaml.composer.ComposerError(None, None, problem, event.start_mark)
 
 
 _Loader.add_implicit_resolver(_INT_TAG, _INT_RE, list("-+0123456789"))
@@ -173,7 +175,7 @@ def load(path: str | Path) -> YamlDoc:
     try:
         text = read_text_file(path)
     except TextFileError as exc:
-        raise YamlError(exc.path, exc.line, exc.problem, fix=exc.fix) from None
+        raise YamlError(exc.path, exc.line, exc.problem, fix=exc.fix or "check the file") from None
     return loads(text, path)
 
 
@@ -211,13 +213,11 @@ _FIXES = {"ComposerError": "check the anchors (&name) and aliases (*name)",
 _PROBLEM_FIXES = (
     ("duplicate key", "remove or rename one of the two keys"),
     ("levels deep", "flatten it: profiles and job files need only a few levels"),
-    ("keys and values", "write the values out once, with fewer aliases: profiles and job files "
-                        "need far fewer values"),
+    ("keys and values", "write the values out, with fewer aliases: profiles and jobs need far fewer"),
     ("which makes it endless", "alias a value defined before, outside the one being written"),
     ("duplicate anchor", "give the second anchor another name"),
     ("unhashable key", "use a plain text key"),
-    ("could not determine a constructor", "remove the tag (!name): profiles and job files are "
-                                          "plain YAML"),
+    ("could not determine a constructor", "remove the tag (!name): profiles and jobs are plain YAML"),
     ("undefined alias", "define the anchor (&name) before the alias (*name) that uses it"),
 )
 
