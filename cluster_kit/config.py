@@ -137,7 +137,7 @@ def _existing_path(ref: str, base: Path | None, what: str) -> Path:
     path = Path(ref).expanduser()
     if not path.is_absolute() and base is not None:
         path = base / path
-    if not path.is_file():
+    if not path.exists():  # a directory, FIFO or device is named by the reader, with the fix
         # validate and job problems print only the message, so it says where relative paths start
         relative = base is not None and not Path(ref).expanduser().is_absolute()
         where = f" (a relative path starts at {base or '.'}, the folder of the file naming it)" if relative else ""

@@ -92,7 +92,7 @@ def _check_kind(path: Path, info: os.stat_result | None, max_bytes: int, what: s
     if not stat.S_ISREG(info.st_mode):
         raise TextFileError(path, 1, "is not a regular file", fix="name a regular file")
     if info.st_size > max_bytes:
-        raise _too_large(path, f"is {size_text(info.st_size)}", max_bytes, what)
+        raise _too_large(path, f"is {size_text(info.st_size)} ({info.st_size:,} bytes)", max_bytes, what)
 
 
 def _too_large(path: Path, size: str, max_bytes: int, what: str) -> TextFileError:
