@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster_kit import schema
-from cluster_kit.errors import InputError, ValidationError
+from cluster_kit.errors import InputError, ValidationError, printable
 from cluster_kit.yamlfile import KeyPath, YamlDoc, YamlError, nearest
 from cluster_kit.yamlfile import load as load_yaml
 
@@ -105,7 +105,7 @@ class SearchPath:
         if _looks_like_path(ref, (".j2",)):
             return _existing_path(ref, base, "template")
         for directory in self.template_path:
-            if (directory / f"{ref}.j2").is_file():
+            if _is_file(directory / f"{ref}.j2"):
                 return directory / f"{ref}.j2"
         looked = ", ".join(str(d) for d in self.template_path)
         raise InputError(f"no template '{ref}' on the search path (looked in: {looked})",
@@ -122,7 +122,7 @@ class SearchPath:
 
     def _profile_candidates(self, name: str) -> list[Path]:
         return [directory / f"{name}{suffix}" for directory in self.profile_path
-                for suffix in PROFILE_SUFFIXES if (directory / f"{name}{suffix}").is_file()]
+                for suffix in PROFILE_SUFFIXES if _is_file(directory / f"{name}{suffix}")]
 
 
 def _with_sub(dirs: Iterable[Path], sub: str) -> list[Path]:
@@ -137,12 +137,28 @@ def _existing_path(ref: str, base: Path | None, what: str) -> Path:
     path = Path(ref).expanduser()
     if not path.is_absolute() and base is not None:
         path = base / path
-    if not path.exists():  # a directory, FIFO or device is named by the reader, with the fix
+    if not _exists(path):  # a directory, FIFO or device is named by the reader, with the fix
         # validate and job problems print only the message, so it says where relative paths start
         relative = base is not None and not Path(ref).expanduser().is_absolute()
         where = f" (a relative path starts at {base or '.'}, the folder of the file naming it)" if relative else ""
         raise InputError(f"no {what} file {path}{where}", fix="check the path")
     return path
+
+
+def _exists(path: Path) -> bool:
+    """`path.exists()`, False for names no file can have (too long, a NUL, a lone surrogate)."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
+def _is_file(path: Path) -> bool:
+    """`path.is_file()`, False for names no file can have."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -164,7 +180,7 @@ class Problems:
 
     def add(self, path: Path, line: int, message: str) -> None:
         """One problem at a file and line."""
-        self._items.append((str(path), line, message))
+        self._items.append((str(path), line, printable(message, keep_newlines=False)))
 
     def add_doc(self, doc: YamlDoc, problems: Iterable[schema.Problem]) -> None:
         """Schema problems of one loaded file."""

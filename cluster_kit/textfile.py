@@ -65,6 +65,9 @@ def read_text_file(path: str | Path, max_bytes: int = MAX_BYTES,
         info: os.stat_result | None = os.stat(path)
     except OSError:
         info = None  # the open below says why
+    except ValueError:  # a NUL or a lone surrogate: no file has that name
+        raise TextFileError(path, 1, "no such file (the name holds a character no file name can)",
+                            fix="check the path") from None
     _check_kind(path, info, max_bytes, what)
     data = _read_bytes(path, max_bytes, what)
     text = _decode(path, data)

@@ -35,6 +35,8 @@ _T = TypeVar("_T")
 
 MAX_DEPTH = 64
 MAX_NODES = 20_000
+# What PyYAML's constructors raise on a value their tag cannot read (`!!int x`, `!!float ""`).
+_CONSTRUCT_ERRORS = (ValueError, TypeError, LookupError, AttributeError, ArithmeticError)
 
 _INT_TAG = "tag:yaml.org,2002:int"
 _FLOAT_TAG = "tag:yaml.org,2002:float"
@@ -104,13 +106,15 @@ class _Loader(yaml.SafeLoader):
             return super().construct_object(node, deep=deep)
         except yaml.YAMLError:
             raise
-        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+        except _CONSTRUCT_ERRORS as exc:
             tag = str(node.tag).rsplit(":", 1)[-1]
             shown = repr(node.value) if isinstance(node, yaml.ScalarNode) else "the value"
             raise yaml.constructor.ConstructorError(
                 None, None, f"cannot read {shown} as {tag}: {exc}", node.start_mark) from None
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> Any:
+        if not isinstance(node, yaml.MappingNode):  # `!!set 1`: the base class says so
+            return super().construct_mapping(node, deep=deep)
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
@@ -193,6 +197,9 @@ def loads(text: str, path: str | Path = "<string>") -> YamlDoc:
     except RecursionError:  # the limits above keep this from happening; a message if it does
         raise YamlError(path, 1, "nested too deeply to read",
                         fix=f"keep the nesting under {MAX_DEPTH} levels") from None
+    except _CONSTRUCT_ERRORS as exc:  # a value construct_object did not see (inside a generator)
+        raise YamlError(path, 1, f"cannot read a value: {exc}",
+                        fix="quote values to keep them as text, and remove tags (!!name)") from None
     finally:
         loader.dispose()
     if node is None or data is None:
