@@ -159,6 +159,8 @@ def _commands(file: str) -> dict[str, list[str]]:
         "render": ["render", file, "-o", "out.sbatch"],
         "submit": ["submit", "--dry-run", file],
         "preflight": ["preflight", "--profile", f"./{file}"],
+        # a bad --max-bytes stops it before sbatch should the file ever be accepted
+        "bench": ["bench", "allreduce", file, "--max-bytes", "lots"],
     }
 
 
@@ -168,7 +170,7 @@ def folder(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("command", ["validate", "render", "submit", "preflight"])
+@pytest.mark.parametrize("command", ["validate", "render", "submit", "preflight", "bench"])
 @pytest.mark.parametrize(("name", "make", "tail"), CASES, ids=[c[0] for c in CASES])
 def test_hostile_file_exits_2_naming_file_and_line(folder: Path, name: str,
                                                     make: Callable[[Path], None], tail: str,
@@ -306,3 +308,57 @@ def test_hostile_baseline_exits_2_naming_it(folder: Path, name: str, make: Calla
     assert f"{name}.json{tail}" in err.splitlines()[0], err
     assert "fix:" in err
     assert not (folder / "saved.json").exists() and not (folder / "out.html").exists()
+
+
+# --------------------------------------------------------------------------- in-process
+
+def test_yaml_syntax_errors_print_their_fix_in_validate(folder: Path) -> None:
+    (folder / "bad.yaml").write_text("name: x\nslurm:\n  partition: [gpu\n  qos: high\n")
+    (folder / "empty.yaml").write_text("# nothing\n")
+    err = refused(folder, "validate", "bad.yaml", "empty.yaml")
+    assert err.splitlines() == [
+        ("bad.yaml:4: expected ',' or ']', but got ':' (while parsing a flow sequence started on "
+         "line 3); fix the YAML syntax (indentation, quotes, `key: value`)"),
+        "empty.yaml:1: the file is empty; write a mapping of keys, e.g. `name: mycluster`"]
+
+
+@pytest.mark.parametrize(("data", "line"), [
+    (b"a: 1\r\nb: 2\r\nc: \x01\r\n", 3),  # Windows line ends
+    (b"a: 1\rb: 2\rc: \x01\r", 3),        # old Mac line ends, which YAML counts too
+    (b"a: 1\n\n\n\nb: \x7f\n", 5),
+])
+def test_lines_are_counted_as_yaml_counts_them(tmp_path: Path, data: bytes, line: int) -> None:
+    from cluster_kit.textfile import TextFileError, read_text_file
+
+    (tmp_path / "f.yaml").write_bytes(data)
+    with pytest.raises(TextFileError) as caught:
+        read_text_file(tmp_path / "f.yaml")
+    assert caught.value.line == line and "control character" in caught.value.problem
+
+
+def test_a_fifo_with_a_writer_is_refused_too(tmp_path: Path) -> None:
+    """A FIFO someone writes into is still not a regular file: refused, not read."""
+    from cluster_kit.textfile import TextFileError, read_text_file
+
+    fifo = tmp_path / "f.yaml"
+    os.mkfifo(fifo)
+    writer = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)  # keeps it open for writing
+    try:
+        os.write(writer, b"name: x\n")
+        with pytest.raises(TextFileError, match="named pipe"):
+            read_text_file(fifo)
+    finally:
+        os.close(writer)
+
+
+def test_readme_states_the_limits_the_code_enforces() -> None:
+    from cluster_kit.cli_audit import BASELINE_MAX_BYTES
+    from cluster_kit.textfile import size_text
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### Limits on input files", 1)[1].split("\n#", 1)[0]
+    section = " ".join(section.split())
+    for stated in (f"at most {size_text(MAX_BYTES)} of UTF-8", f"longer than {MAX_LINE_CHARS:,} characters",
+                   f"up to {size_text(BASELINE_MAX_BYTES)}", f"at most {MAX_DEPTH} levels",
+                   f"at most {MAX_NODES:,} keys and values"):
+        assert stated in section, stated
