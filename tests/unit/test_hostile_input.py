@@ -201,6 +201,16 @@ def test_a_job_naming_a_hostile_profile_names_the_profile(folder: Path) -> None:
         assert err.startswith("bomb.yaml:5: the file expands to more than"), err
 
 
+def test_a_hostlist_of_billions_of_hosts_is_refused_before_it_is_built(folder: Path) -> None:
+    (folder / "wide.yaml").write_text("name: x\nnodes: n[1-65536]x[1-65536]\n")
+    (folder / "job.yaml").write_text(JOB.replace("local-dev", "./wide.yaml"))
+    for args in (["validate", "wide.yaml"], ["preflight", "--profile", "./wide.yaml"],
+                 ["render", "job.yaml"], ["submit", "--dry-run", "job.yaml"]):
+        err = refused(folder, *args)
+        assert err.startswith("wide.yaml:2: nodes: 'n[1-65536]x[1-65536]' is not a Slurm hostlist "
+                              "(invalid hostlist 'n[1-65536]x[1-65536]': it names more than 65536 hosts)"), err
+
+
 def test_file_size_limit_is_stated_and_exact(folder: Path) -> None:
     line = "#" + "x" * (MAX_LINE_CHARS - 2) + "\n"
     text = "name: x\n" + line * ((MAX_BYTES - 8) // len(line))
@@ -353,6 +363,7 @@ def test_a_fifo_with_a_writer_is_refused_too(tmp_path: Path) -> None:
 
 def test_readme_states_the_limits_the_code_enforces() -> None:
     from cluster_kit.cli_audit import BASELINE_MAX_BYTES
+    from cluster_kit.hostlist import MAX_HOSTS
     from cluster_kit.textfile import size_text
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
@@ -360,5 +371,5 @@ def test_readme_states_the_limits_the_code_enforces() -> None:
     section = " ".join(section.split())
     for stated in (f"at most {size_text(MAX_BYTES)} of UTF-8", f"longer than {MAX_LINE_CHARS:,} characters",
                    f"up to {size_text(BASELINE_MAX_BYTES)}", f"at most {MAX_DEPTH} levels",
-                   f"at most {MAX_NODES:,} keys and values"):
+                   f"at most {MAX_NODES:,} keys and values", f"names at most {MAX_HOSTS} hosts"):
         assert stated in section, stated
