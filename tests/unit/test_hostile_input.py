@@ -373,3 +373,16 @@ def test_readme_states_the_limits_the_code_enforces() -> None:
                    f"up to {size_text(BASELINE_MAX_BYTES)}", f"at most {MAX_DEPTH} levels",
                    f"at most {MAX_NODES:,} keys and values", f"names at most {MAX_HOSTS} hosts"):
         assert stated in section, stated
+
+
+@pytest.mark.parametrize(("name", "make", "tail"), [
+    ("fifo", make_fifo, ":1: is a named pipe (FIFO), not a regular file"),
+    ("device", make_device, ":1: is a character device, not a regular file"),
+    ("huge", make_sparse(30_000_000), ":1: is 28.6 MiB (30,000,000 bytes); ssh_config files are limited"),
+], ids=["fifo", "device", "huge"])
+def test_a_hostile_ssh_config_file_is_refused_before_any_connection(
+        folder: Path, name: str, make: Callable[[Path], None], tail: str) -> None:
+    make(folder / f"{name}.conf")
+    (folder / "p.yaml").write_text(f"name: p\nextends: local-dev\nssh:\n  config_file: ./{name}.conf\n")
+    err = refused(folder, "preflight", "--profile", "./p.yaml", "--nodes", "n1")
+    assert f"{name}.conf{tail}" in err, err
