@@ -272,6 +272,10 @@ def check_baseline(document: Any, source: str = "baseline") -> dict[str, Any]:
                          f"supported (this clusterkit reads version {BASELINE_VERSION})", fix=fix)
     if not isinstance(document.get("nodes"), dict):
         raise InputError(f"{source}: the baseline has no `nodes` map", fix=fix)
+    for node, facts in document["nodes"].items():
+        if not isinstance(facts, dict) or not all(isinstance(v, str) for v in facts.values()):
+            raise InputError(f"{source}: node {node!r} of the baseline is not a map of fact names "
+                             "to text values", fix=fix)
     return document
 
 

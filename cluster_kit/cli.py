@@ -33,7 +33,7 @@ def cli(ctx: click.Context, profile_path: tuple[str, ...], verbose: bool) -> Non
 
 
 @cli.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("files", nargs=-1, required=True, type=click.Path(readable=False))
 @click.option("--offline", is_flag=True,
               help="Touch no cluster: a job's script on the login host is not looked for.")
 @pass_app
@@ -127,7 +127,7 @@ def schema_command(kind: str) -> None:
 
 
 @cli.command()
-@click.argument("job_file", type=click.Path(exists=True, dir_okay=False))
+@click.argument("job_file", type=click.Path(exists=True, readable=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the script here.")
 @pass_app
 def render(app: App, job_file: str, output: str | None) -> None:

@@ -18,16 +18,27 @@ from cluster_kit.cli_nodes import (
 )
 from cluster_kit.errors import ClusterKitError, InputError
 
+BASELINE_MAX_BYTES = 64 * 1024 * 1024
+
 
 def load_baseline(path: str) -> dict[str, Any]:
-    """A baseline written by --save-baseline; InputError (exit 2) otherwise."""
-    from cluster_kit.audit import check_baseline
+    """A baseline written by --save-baseline; InputError (exit 2) otherwise.
 
+    Read as profiles are (regular files only, UTF-8, no control characters), with a
+    larger limit for fleets of thousands of nodes and no line limit (JSON may be one line).
+    """
+    from cluster_kit.audit import check_baseline
+    from cluster_kit.textfile import read_text_file
+
+    fix = "pass a file written by `clusterkit audit --save-baseline FILE`"
+    text = read_text_file(path, max_bytes=BASELINE_MAX_BYTES, max_line_chars=None, what="baselines")
     try:
-        document = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: cannot read the baseline: {exc}",
-                         fix="pass a file written by `clusterkit audit --save-baseline FILE`") from None
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{exc.lineno}: not a JSON baseline: {exc.msg} (column {exc.colno})",
+                         fix=fix) from None
+    except RecursionError:
+        raise InputError(f"{path}:1: not a baseline: nested too deeply", fix=fix) from None
     return check_baseline(document, path)
 
 
@@ -129,7 +140,7 @@ def warn_other_profile(before: dict[str, Any] | None, profile: Any, source: str 
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown", "html"]), default="table")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report here.")
 @click.option("--save-baseline", type=click.Path(dir_okay=False), help="Save the fleet's facts to FILE.")
-@click.option("--baseline", type=click.Path(dir_okay=False), help="Report changes since FILE.")
+@click.option("--baseline", type=click.Path(readable=False), help="Report changes since FILE.")
 @click.option("--drain", is_flag=True, help="Drain the failing nodes (prints the commands; --apply runs them).")
 @click.option("--undrain", is_flag=True, help="Return nodes that clusterkit drained and that pass now.")
 @click.option("--apply", is_flag=True, help="Run the drain/undrain commands.")

@@ -14,7 +14,8 @@ from cluster_kit.app import App, pass_app, render_job
 from cluster_kit.cli_nodes import profile_option, run_preflight_for
 from cluster_kit.errors import CheckFailed, ClusterRefused
 
-JOB_FILE = click.Path(exists=True, dir_okay=False)
+# Directories and unreadable files pass click, so that the loader names them with the fix.
+JOB_FILE = click.Path(exists=True, readable=False)
 
 
 def check_job_id(_ctx: click.Context, _param: click.Parameter, value: str) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster_kit import jobscript, schema
-from cluster_kit.errors import InputError, ValidationError
+from cluster_kit.errors import InputError, ValidationError, printable
 from cluster_kit.launch import default_tasks_per_node
 from cluster_kit.yamlfile import KeyPath, YamlDoc, YamlError, nearest
 from cluster_kit.yamlfile import load as load_yaml
@@ -106,7 +106,7 @@ class SearchPath:
         if _looks_like_path(ref, (".j2",)):
             return _existing_path(ref, base, "template")
         for directory in self.template_path:
-            if (directory / f"{ref}.j2").is_file():
+            if _is_file(directory / f"{ref}.j2"):
                 return directory / f"{ref}.j2"
         looked = ", ".join(str(d) for d in self.template_path)
         close = difflib.get_close_matches(ref, self.template_names(), n=1, cutoff=0.6)
@@ -131,7 +131,7 @@ class SearchPath:
 
     def _profile_candidates(self, name: str) -> list[Path]:
         return [directory / f"{name}{suffix}" for directory in self.profile_path
-                for suffix in PROFILE_SUFFIXES if (directory / f"{name}{suffix}").is_file()]
+                for suffix in PROFILE_SUFFIXES if _is_file(directory / f"{name}{suffix}")]
 
 
 def _with_sub(dirs: Iterable[Path], sub: str) -> list[Path]:
@@ -146,12 +146,28 @@ def _existing_path(ref: str, base: Path | None, what: str) -> Path:
     path = Path(ref).expanduser()
     if not path.is_absolute() and base is not None:
         path = base / path
-    if not path.is_file():
+    if not _exists(path):  # a directory, FIFO or device is named by the reader, with the fix
         # validate and job problems print only the message, so it says where relative paths start
         relative = base is not None and not Path(ref).expanduser().is_absolute()
         where = f" (a relative path starts at {base or '.'}, the folder of the file naming it)" if relative else ""
         raise InputError(f"no {what} file {path}{where}", fix="check the path")
     return path
+
+
+def _exists(path: Path) -> bool:
+    """`path.exists()`, False for names no file can have (too long, a NUL, a lone surrogate)."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
+def _is_file(path: Path) -> bool:
+    """`path.is_file()`, False for names no file can have."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -173,7 +189,7 @@ class Problems:
 
     def add(self, path: Path, line: int, message: str) -> None:
         """One problem at a file and line."""
-        self._items.append((str(path), line, message))
+        self._items.append((str(path), line, printable(message, keep_newlines=False)))
 
     def add_doc(self, doc: YamlDoc, problems: Iterable[schema.Problem]) -> None:
         """Schema problems of one loaded file."""
@@ -181,7 +197,7 @@ class Problems:
             self.add(doc.path, doc.line(key_path), message)
 
     def add_yaml_error(self, exc: YamlError) -> None:
-        """A file that could not be loaded at all: the problem and its fix on one line."""
+        """A file that could not be loaded at all, with the fix (validate prints lines only)."""
         self.add(exc.path, exc.line, f"{exc.problem}; {exc.fix}" if exc.fix else exc.problem)
 
     def count(self) -> int:
@@ -234,21 +250,24 @@ def load_profile(ref: str, search: SearchPath, base: Path | None = None) -> Prof
     return profile
 
 
-def _resolve_profile(path: Path, search: SearchPath, problems: Problems) -> Profile | None:
-    """Load the extends chain of `path`; None when a problem prevents resolving it."""
+def _resolve_profile(path: Path, search: SearchPath, problems: Problems,
+                     loaded: YamlDoc | None = None) -> Profile | None:
+    """Load the extends chain of `path` (`loaded`: its file, already read); None when a
+    problem prevents resolving it."""
     before = problems.count()
-    chain = _load_chain(path, search, problems)
+    chain = _load_chain(path, search, problems, loaded)
     if problems.count() > before or not chain:
         return None
     return _build_profile(chain)
 
 
-def _load_chain(path: Path, search: SearchPath, problems: Problems) -> list[YamlDoc]:
+def _load_chain(path: Path, search: SearchPath, problems: Problems,
+                loaded: YamlDoc | None = None) -> list[YamlDoc]:
     """The profile file and its parents, child first; problems recorded, not raised."""
     chain: list[YamlDoc] = []
     while True:
         try:
-            doc = load_yaml(path)
+            doc = loaded if loaded is not None and not chain else load_yaml(path)
         except YamlError as exc:
             problems.add_yaml_error(exc)
             return chain
@@ -623,7 +642,7 @@ def validate_files(paths: Sequence[Path], search: SearchPath,
             problems.add_yaml_error(exc)
             continue
         if not _validates_as_job(doc.data):
-            _resolve_profile(path, search, problems)
+            _resolve_profile(path, search, problems, loaded=doc)
             continue
         before = problems.count()
         profile = _check_job(doc, search, problems)

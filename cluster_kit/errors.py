@@ -5,9 +5,24 @@ job failed, 2 bad input, 3 the cluster refused.
 """
 from __future__ import annotations
 
+import re
 from typing import IO, Any
 
 import click
+
+# Characters that would drive the terminal (escape sequences), break a message's lines
+# or fail to encode (lone surrogates, which YAML's "\ud800" escape can produce).
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def printable(text: str, keep_newlines: bool = True) -> str:
+    """`text` with terminal controls and unencodable characters shown as escapes (`\\x1b`)."""
+    def escape(match: re.Match[str]) -> str:
+        code = ord(match.group())
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+    text = _UNPRINTABLE.sub(escape, text)
+    return text if keep_newlines else text.replace("\n", "\\n").replace("\t", "\\t")
 
 
 class ClusterKitError(click.ClickException):
@@ -25,7 +40,7 @@ class ClusterKitError(click.ClickException):
         return self.message
 
     def show(self, file: IO[Any] | None = None) -> None:
-        click.echo(f"clusterkit: error: {self.format_message()}", err=True)
+        click.echo(printable(f"clusterkit: error: {self.format_message()}"), err=True)
 
 
 class InputError(ClusterKitError):
@@ -43,7 +58,7 @@ class ValidationError(InputError):
 
     def show(self, file: IO[Any] | None = None) -> None:
         for line in self.problems:
-            click.echo(line, err=True)
+            click.echo(printable(line), err=True)
 
 
 class CheckFailed(ClusterKitError):

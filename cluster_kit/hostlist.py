@@ -24,6 +24,9 @@ from dataclasses import dataclass
 
 # Slurm refuses a single range of more hosts than this ("Too many hosts in range").
 MAX_RANGE_HOSTS = 65536
+# A whole expression names no more hosts either, so that `n[1-65536]x[1-65536]` (4 billion
+# names) is refused before anything is built; the largest Slurm clusters are far smaller.
+MAX_HOSTS = 65536
 
 _NAME_CHARS = re.compile(r"[A-Za-z0-9._-]*\Z")
 _SEPARATORS = ", \t\r\n"
@@ -46,7 +49,7 @@ def expand(expr: str) -> list[str]:
     """
     hosts: list[str] = []
     for item in _split_items(expr):
-        hosts.extend(_expand_item(item, expr))
+        hosts.extend(_expand_item(item, expr, MAX_HOSTS - len(hosts)))
     return hosts
 
 
@@ -75,21 +78,31 @@ def _split_items(expr: str) -> list[str]:
     return [item for item in items if item]
 
 
-def _expand_item(item: str, expr: str) -> list[str]:
-    """Expand one comma-free item such as `rack[1-2]-gpu[01-02]`."""
+def _expand_item(item: str, expr: str, room: int) -> list[str]:
+    """Expand one comma-free item such as `rack[1-2]-gpu[01-02]`, into at most `room` hosts."""
     parts = re.split(r"\[([^\]]*)\]", item)
     literals, groups = parts[0::2], parts[1::2]
     for literal in literals:
         _check_name_chars(literal, expr)
     if not groups:
+        _check_count(1, room, expr)
         return [item]
     if literals[-1]:
         raise ValueError(
             f"invalid hostlist {expr!r}: Slurm accepts no text after the last ']' "
             f"({literals[-1]!r} in {item!r}); list such hosts one by one"
         )
-    numbers = [_expand_group(group, expr) for group in groups]
+    numbers = [_expand_group(group, expr, room) for group in groups]
+    count = 1
+    for group_numbers in numbers:
+        count *= len(group_numbers)
+        _check_count(count, room, expr)
     return [_join(literals, combo) for combo in _slurm_product(numbers)]
+
+
+def _check_count(count: int, room: int, expr: str) -> None:
+    if count > room:
+        raise ValueError(f"invalid hostlist {expr!r}: it names more than {MAX_HOSTS} hosts")
 
 
 def _check_name_chars(text: str, expr: str) -> None:
@@ -101,11 +114,12 @@ def _check_name_chars(text: str, expr: str) -> None:
         )
 
 
-def _expand_group(group: str, expr: str) -> list[str]:
+def _expand_group(group: str, expr: str, room: int) -> list[str]:
     """Expand the inside of one bracket group (`001-004,010`) to number strings."""
     numbers: list[str] = []
     for part in group.split(","):
         numbers.extend(_expand_range(part, expr))
+        _check_count(len(numbers), room, expr)
     return numbers
 
 

@@ -41,6 +41,7 @@ from cluster_kit.sshconfig import (
     resolve_endpoint,
     unresolved_fix,
 )
+from cluster_kit.textfile import read_text_file
 
 __all__ = ["HostResult", "SshConnectError", "SshSession", "SshSettings", "fan_out",
            "open_client", "resolve", "run"]
@@ -225,9 +226,11 @@ class _IndexedConfig:
 
 
 def _parse_ssh_config(path: str) -> _IndexedConfig:
+    # read as profiles are, so that a FIFO or a device named as config_file cannot hang the command
+    text = read_text_file(path, max_line_chars=None, what="ssh_config files")
     try:
-        return _IndexedConfig(paramiko.SSHConfig.from_path(path))
-    except (OSError, paramiko.SSHException, ValueError) as exc:
+        return _IndexedConfig(paramiko.SSHConfig.from_text(text))
+    except (paramiko.SSHException, ValueError) as exc:
         raise InputError(f"cannot read ssh config {path}: {exc}") from None
 
 

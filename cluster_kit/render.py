@@ -1,8 +1,10 @@
 """Effective job settings -> sbatch script text.
 
-Pure: nothing here reads job files, runs processes or writes files. Beyond the
-standard library it imports only jinja2 and schema.py (which config.py has
-already loaded on the way here), so `clusterkit render` stays fast.
+Pure but for reading templates (through `textfile.read_text_file`, as profiles
+and jobs are read): nothing here reads job files, runs processes or writes
+files. Beyond the standard library it imports only jinja2, schema.py and
+textfile.py (which config.py has already loaded on the way here), so
+`clusterkit render` stays fast.
 
 Quoting rules the templates rely on:
 - every user value in the shell body goes through the `shq` filter (POSIX
@@ -16,10 +18,12 @@ Quoting rules the templates rely on:
 
 from __future__ import annotations
 
+import os
+import posixpath
 import re
 import shlex
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +33,7 @@ import jinja2
 from cluster_kit.errors import InputError
 from cluster_kit.launch import launch_shape
 from cluster_kit.schema import ENV_NAME_RE
+from cluster_kit.textfile import read_text_file
 
 _SBATCH_OPTION = re.compile(r"[a-z][a-z0-9-]*\Z")
 # Bare #SBATCH values need none of sbatch's quoting; anything else is quoted.
@@ -301,10 +306,36 @@ def builtin_template_dir() -> Path:
     return builtin_dir("templates")
 
 
+class GuardedLoader(jinja2.FileSystemLoader):
+    """A FileSystemLoader that reads through `textfile.read_text_file`: a template that
+    is a FIFO, a device, binary, not UTF-8 or over 1 MiB is an InputError naming it
+    (and its line), never a hang or a traceback."""
+
+    def get_source(self, environment: jinja2.Environment,
+                   template: str) -> tuple[str, str, Callable[[], bool]]:
+        pieces = jinja2.loaders.split_template_path(template)
+        for searchpath in self.searchpath:
+            filename = posixpath.join(searchpath, *pieces)
+            if os.path.exists(filename) and not os.path.isdir(filename):
+                break
+        else:
+            raise jinja2.TemplateNotFound(template)
+        contents = read_text_file(filename, what="templates")
+        mtime = os.path.getmtime(filename)
+
+        def uptodate() -> bool:
+            try:
+                return os.path.getmtime(filename) == mtime
+            except OSError:
+                return False
+
+        return contents, os.path.normpath(filename), uptodate
+
+
 def make_environment(template_dirs: Sequence[Path]) -> jinja2.Environment:
     """A strict Jinja2 environment over the template search dirs, with the quoting filters."""
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader([str(d) for d in template_dirs]),
+        loader=GuardedLoader([str(d) for d in template_dirs]),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
@@ -382,6 +413,9 @@ def render_script(
         raise InputError(f"{where}: template syntax error: {exc.message}") from None
     except jinja2.TemplateError as exc:
         raise InputError(f"{_template_location(exc)}: template error: {exc}") from None
+    except RecursionError:
+        raise InputError(f"template {name}: nested too deeply to read",
+                         fix="flatten the nesting of its expressions and blocks") from None
 
 
 def _resolve_template(

@@ -117,12 +117,20 @@ def _type_name(value: Any) -> str:
 def _got(value: Any) -> str:
     if isinstance(value, (dict, list)) or value is None:
         return _type_name(value)
-    return f"{_type_name(value)} ({value!r})"
+    return f"{_type_name(value)} ({_quoted(value)})"
 
 
 def _shown(value: Any) -> str:
     """A rejected value as messages name it: a string quoted, anything else by its type."""
-    return repr(value) if isinstance(value, str) else _got(value)
+    return _quoted(value) if isinstance(value, str) else _got(value)
+
+
+def _quoted(value: Any) -> str:
+    """`repr(value)`, cut after 60 characters: a value of a megabyte stays a one-line message."""
+    text = repr(value)
+    if len(text) <= 80:
+        return text
+    return f"{text[:60]}... ({len(str(value)):,} characters)"
 
 
 def integer(lo: int | None = None, hi: int | None = None) -> Check:
@@ -219,8 +227,8 @@ class Charset:
         bad = sorted({ch for ch in value if not re.fullmatch(self.pattern, ch)})
         if not bad:
             return None
-        shown = ", ".join(repr(ch) for ch in bad)
-        return f"{value!r} contains {shown}, which {what} must not carry; use {self.allowed}"
+        shown = ", ".join(repr(ch) for ch in bad[:10]) + (", ..." if len(bad) > 10 else "")
+        return f"{_quoted(value)} contains {shown}, which {what} must not carry; use {self.allowed}"
 
     def json_pattern(self) -> str:
         """The JSON Schema pattern of a non-empty string within the set."""
@@ -332,7 +340,7 @@ def exclusive() -> Check:
     def check(value: Any) -> str | None:
         if isinstance(value, bool) or value in ("user", "mcs", "topo"):
             return None
-        return f"{value!r} is not valid; use true, false, user, mcs or topo"
+        return f"{_quoted(value)} is not valid; use true, false, user, mcs or topo"
     return Rule(check, {"anyOf": [{"type": "boolean"}, {"enum": ["user", "mcs", "topo"]}]})
 
 
@@ -340,7 +348,7 @@ def dotted_version() -> Check:
     """A dotted version such as "535.104.05"; quoted, so trailing zeros survive."""
     def check(value: Any) -> str | None:
         if isinstance(value, float):
-            return (f"{value!r} was read as a number, which loses trailing zeros "
+            return (f"{_quoted(value)} was read as a number, which loses trailing zeros "
                     "(535.40 becomes 535.4); quote the version, e.g. \"535.104.05\"")
         if _is_int(value) or (isinstance(value, str) and re.fullmatch(r"\d+(\.\d+)*", value)):
             return None
@@ -362,7 +370,7 @@ def pep440_specifier() -> Check:
         try:
             SpecifierSet(value)
         except InvalidSpecifier:
-            return f"{value!r} is not a version specifier; use e.g. \">=2.18\" or \">=2.18,<3\""
+            return f"{_quoted(value)} is not a version specifier; use e.g. \">=2.18\" or \">=2.18,<3\""
         return None
     return Rule(check, {"type": "string", "pattern": PEP440_JSON_PATTERN})
 
@@ -392,7 +400,7 @@ def hostlist() -> Check:
         try:
             expand(value)
         except ValueError as exc:
-            return f"{value!r} is not a Slurm hostlist ({exc}); use e.g. gpu[001-064]"
+            return f"{_quoted(value)} is not a Slurm hostlist ({exc}); use e.g. gpu[001-064]"
         return None
     return Rule(check, {"type": "string", "pattern": r"^[A-Za-z0-9_.,\[\]-]+$"})
 
@@ -405,7 +413,7 @@ def env_name() -> Check:
     def check(key: Any) -> str | None:
         if isinstance(key, str) and ENV_NAME_RE.fullmatch(key):
             return None
-        return (f"{key!r} is not a valid environment variable name; "
+        return (f"{_quoted(key)} is not a valid environment variable name; "
                 "use letters, digits and _, not starting with a digit")
     return Rule(check, {"pattern": "^" + ENV_NAME_RE.pattern + "$"})
 
@@ -483,18 +491,18 @@ def nccl_name() -> Check:
     """A documented NCCL_* variable not owned by a dedicated key."""
     def check(key: Any) -> str | None:
         if not isinstance(key, str):
-            return f"{key!r} is not an NCCL variable name"
+            return f"{_quoted(key)} is not an NCCL variable name"
         if key in NCCL_OWNED:
             return f"{key} is set from {NCCL_OWNED[key]}; set it there instead"
         if key in NCCL_VARIABLES:
             return None
         if not key.startswith("NCCL_"):
-            return (f"{key!r} is not an NCCL variable (those start with NCCL_); "
+            return (f"{_quoted(key)} is not an NCCL variable (those start with NCCL_); "
                     "put other variables in environment.env")
         close = difflib.get_close_matches(key, sorted(NCCL_VARIABLES), n=1, cutoff=0.8)
         hint = f"; did you mean '{close[0]}'?" if close else \
             "; see the Environment Variables page of the NCCL documentation"
-        return f"{key!r} is not a known NCCL variable{hint}"
+        return f"{_quoted(key)} is not a known NCCL variable{hint}"
     return Rule(check, {"enum": sorted(NCCL_VARIABLES - set(NCCL_OWNED))})
 
 
@@ -547,19 +555,19 @@ def sbatch_option_name() -> Check:
     """A real sbatch long option that the user may set."""
     def check(key: Any) -> str | None:
         if not isinstance(key, str):
-            return f"{key!r} is not an sbatch option name"
+            return f"{_quoted(key)} is not an sbatch option name"
         if key.startswith("-"):
-            return f"write {key!r} without the leading dashes: {key.lstrip('-')}"
+            return f"write {_quoted(key)} without the leading dashes: {key.lstrip('-')}"
         option = sbatch_option(key)
         if option.replace("-", "_") in SLURM_NAMED:
-            return f"{key!r} has its own key; write it as slurm.{option.replace('-', '_')}"
+            return f"{_quoted(key)} has its own key; write it as slurm.{option.replace('-', '_')}"
         if option in SBATCH_MANAGED:
             return f"--{option} is set from {SBATCH_MANAGED[option]}; remove it here"
         if option in SBATCH_OPTIONS:
             return None
         close = difflib.get_close_matches(option, sorted(SBATCH_OPTIONS), n=1, cutoff=0.75)
         hint = f"; did you mean '{close[0]}'?" if close else ""
-        return f"{key!r} is not an sbatch option{hint}"
+        return f"{_quoted(key)} is not an sbatch option{hint}"
     return Rule(check, {"enum": allowed_sbatch_keys()})
 
 

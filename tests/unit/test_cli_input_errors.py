@@ -102,7 +102,7 @@ def test_validate_good_file_passes(files: Path) -> None:
 
 
 @pytest.mark.parametrize("args, expected", [
-    (["render", "nosuch.yaml"], "'JOB_FILE': File 'nosuch.yaml' does not exist"),
+    (["render", "nosuch.yaml"], "'JOB_FILE': Path 'nosuch.yaml' does not exist"),
     (["render", "template-job.yaml"], "template-job.yaml:4: template: no template 'nosuch' on the search path"),
     (["render", "job.yaml", "-o", "missing-dir/job.sbatch"], "-o missing-dir/job.sbatch: cannot write"),
     (["profiles", "show", "nosuch"], "no profile 'nosuch' on the search path"),

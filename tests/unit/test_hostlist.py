@@ -55,6 +55,10 @@ EXPAND_ERRORS = [
     ("n@1", "'@'"),
     ("n;rm", "';'"),
     ("n[0-65536]", "more than 65536"),
+    ("n[1-65536]x[1-65536]", "it names more than 65536 hosts"),  # 4 billion, refused before built
+    ("n[1-40000,1-40000]", "it names more than 65536 hosts"),
+    ("a[1-40000],b[1-40000]", "it names more than 65536 hosts"),
+    ("a[1-65536],b", "it names more than 65536 hosts"),
 ]
 
 FOLD_TABLE = [
@@ -255,3 +259,9 @@ def test_fold_matches_scontrol_show_hostlist(slurm_env: dict[str, str]) -> None:
         if [fold(hosts)] != lines
     ]
     assert mismatches == []
+
+
+def test_the_most_hosts_an_expression_may_name() -> None:
+    assert len(expand("n[1-65536]")) == 65536
+    assert len(expand("a[1-32768],b[1-32768]")) == 65536
+    assert len(expand("r[1-256]n[1-256]")) == 65536
