@@ -10,19 +10,47 @@ host's failure.
 from __future__ import annotations
 
 import getpass
+import importlib.util
 import logging
 import os
 import queue
 import select
 import socket
+import sys
 import threading
 import time
+import types
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import cast
 
-import paramiko
+
+class _Deferred(types.ModuleType):
+    """Stands in for a module until one of its attributes is first used."""
+
+    def __getattr__(self, attr: str) -> object:
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), attr)
+
+
+def _defer_import(name: str) -> None:
+    """Make `import name` cheap: the module is imported on first attribute use.
+
+    paramiko.config imports invoke, only ever used for ssh_config's `Match exec`,
+    and invoke brings asyncio, yaml and unittest.mock: about a third of paramiko's
+    import time, and of the interpreter's exit (0.1-0.2 s on a loaded 2-core
+    machine, at the start and the end of every fan-out). A module that is not
+    installed stays an ImportError."""
+    if name in sys.modules or importlib.util.find_spec(name) is None:
+        return
+    sys.modules[name] = _Deferred(name)
+
+
+_defer_import("invoke")
+
+import paramiko  # after _defer_import
 from paramiko.common import cMSG_CHANNEL_REQUEST
 from paramiko.ssh_exception import IncompatiblePeer
 
@@ -42,6 +70,14 @@ GRACE_S = 2.0
 READ_CHUNK = 65536
 MAX_JUMP_DEPTH = 8
 HOST_KEY_ALGORITHMS = {"ssh-rsa": ("rsa-sha2-512", "rsa-sha2-256")}
+
+# Per-connection timeline (benchmarks/fanout.py): None, the default, records nothing.
+# Otherwise called once per host as it finishes, from its worker thread, with the host,
+# the monotonic time its attempt started and the (step, monotonic time) marks of
+# TIMELINE_STEPS it reached, in order.
+TimelineRecorder = Callable[[str, float, list[tuple[str, float]]], None]
+TIMELINE_STEPS = ("tcp", "kex", "auth", "channel", "sent", "first_byte", "done", "closed")
+_timeline_recorder: TimelineRecorder | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +142,12 @@ class _Attempt:
         self._held: list[object] = []
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
+        self.marks: list[tuple[str, float]] | None = [] if _timeline_recorder is not None else None
+
+    def mark(self, step: str) -> None:
+        """Note that this attempt reached `step` (a TIMELINE_STEPS name), if recording."""
+        if self.marks is not None:
+            self.marks.append((step, time.monotonic()))
 
     @property
     def deadline(self) -> float:
@@ -264,12 +306,15 @@ def _connect(ctx: _Context, endpoint: Endpoint, attempt: _Attempt,
     else:
         sock = _open_socket(endpoint, connect_deadline)
     attempt.hold(sock)
+    attempt.mark("tcp")
     known = KnownHosts(endpoint.user_known_hosts, endpoint.global_known_hosts)
     transport = _handshake(sock, endpoint, known, connect_deadline, attempt)
     try:
         _verify_host_key(transport, endpoint, known, ctx.settings.host_key_policy)
+        attempt.mark("kex")
         attempt.phase = f"authenticating as {endpoint.user}"
         _authenticate(transport, endpoint, time.monotonic() + endpoint.connect_timeout)
+        attempt.mark("auth")
     except BaseException:
         transport.close()
         raise
@@ -640,12 +685,15 @@ def _execute(transport: paramiko.Transport, command: str, stdin: bytes | None,
     deadline = time.monotonic() + timeout
     channel = transport.open_session(timeout=max(0.05, timeout))
     attempt.hold(channel)  # exec_command's reply has no timeout of its own
+    attempt.mark("channel")
     try:
         channel.exec_command(command)
         _send_stdin(channel, stdin or b"", deadline, timeout)
-        out, err = _collect(channel, deadline, timeout)
+        attempt.mark("sent")
+        out, err = _collect(channel, deadline, timeout, attempt)
         if not channel.status_event.wait(max(0.0, deadline - time.monotonic())):
             raise _CommandTimeout(timeout, out, err)
+        attempt.mark("done")
         return channel.exit_status, out, err
     except _CommandTimeout:
         _ask_to_stop(channel)
@@ -681,16 +729,21 @@ def _send_stdin(channel: paramiko.Channel, data: bytes, deadline: float, timeout
     channel.shutdown_write()
 
 
-def _collect(channel: paramiko.Channel, deadline: float, timeout: float) -> tuple[bytes, bytes]:
+def _collect(channel: paramiko.Channel, deadline: float, timeout: float,
+             attempt: _Attempt | None = None) -> tuple[bytes, bytes]:
     """Read stdout and stderr as they come until EOF; never blocks past `deadline`."""
     out, err = bytearray(), bytearray()
     wakeup = channel.fileno()  # readable whenever either stream has data or closes
+    first = attempt is not None and attempt.marks is not None
     while True:
         finished = channel.eof_received or channel.closed  # data precedes EOF
         while channel.recv_ready():
             out += channel.recv(READ_CHUNK)
         while channel.recv_stderr_ready():
             err += channel.recv_stderr(READ_CHUNK)
+        if first and (out or err or finished):
+            first = False
+            attempt.mark("first_byte")  # type: ignore[union-attr]
         if finished:
             return bytes(out), bytes(err)
         remaining = deadline - time.monotonic()
@@ -724,6 +777,21 @@ def _run_host(ctx: _Context, host: str, command: str, stdin: bytes | None,
         attempt.disarm()
         if transport is not None:
             transport.close()
+        if attempt.marks is not None:
+            attempt.mark("closed")
+            _record_timeline(host, attempt)
+
+
+def set_timeline_recorder(recorder: TimelineRecorder | None) -> None:
+    """Record every later host's timeline with `recorder` (None: stop recording)."""
+    global _timeline_recorder
+    _timeline_recorder = recorder
+
+
+def _record_timeline(host: str, attempt: _Attempt) -> None:
+    recorder = _timeline_recorder
+    if recorder is not None and attempt.marks is not None:
+        recorder(host, attempt.started, list(attempt.marks))
 
 
 def _run_on(transport: paramiko.Transport, host: str, command: str, stdin: bytes | None,

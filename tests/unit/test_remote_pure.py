@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import paramiko
@@ -315,3 +316,22 @@ def test_host_result_reached_and_ok() -> None:
     answered = remote.HostResult("n1", False, 3, "", "boom", None, 0.1)
     unreachable = remote.HostResult("n2", False, None, "", "", "connection refused (n2 port 22)", 0.1)
     assert answered.reached and not unreachable.reached
+
+
+def test_invoke_is_imported_only_when_match_exec_needs_it() -> None:
+    """paramiko.config imports invoke at import time; remote.py defers it (start-up
+    and exit cost), and paramiko still reaches the real module when it runs."""
+    code = ("import sys, cluster_kit.remote, paramiko.config as c\n"
+            "assert 'invoke.context' not in sys.modules, 'invoke was imported'\n"
+            "run = c.invoke.run\n"
+            "assert 'invoke.context' in sys.modules and run.__module__.startswith('invoke')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_deferred_module_that_is_missing_stays_an_import_error() -> None:
+    remote._defer_import("clusterkit_no_such_module")
+    assert "clusterkit_no_such_module" not in sys.modules
+    with pytest.raises(ImportError):
+        __import__("clusterkit_no_such_module")
