@@ -13,8 +13,11 @@ import getpass
 import importlib.util
 import logging
 import os
+import pickle
 import queue
 import select
+import selectors
+import signal
 import socket
 import sys
 import threading
@@ -22,8 +25,8 @@ import time
 import types
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
-from typing import cast
+from dataclasses import dataclass, replace
+from typing import NoReturn, cast
 
 
 class _Deferred(types.ModuleType):
@@ -876,16 +879,216 @@ def fan_out(
     if not names:
         return []
     results: list[HostResult | None] = [None] * len(names)
+    processes = _process_count(settings, len(names))
+    answers = (_fan_out_processes(names, command, settings, stdin, processes) if processes > 1
+               else _fan_out_threads(names, command, settings, stdin))
+    for index, result in answers:
+        results[index] = result
+        if on_result is not None:
+            on_result(result)
+    return [r for r in results if r is not None]
+
+
+def _fan_out_threads(names: list[str], command: str, settings: SshSettings,
+                     stdin: bytes | None) -> Iterator[tuple[int, HostResult]]:
+    """(index, result) as each host finishes, from worker threads of this process."""
     ctx = _Context(settings)
     try:
-        pool = _WorkerPool(ctx, names, command, stdin)
-        for index, result in pool.results():
-            results[index] = result
-            if on_result is not None:
-                on_result(result)
+        yield from _WorkerPool(ctx, names, command, stdin).results()
     finally:
         ctx.close()
-    return [r for r in results if r is not None]
+
+
+# ----------------------------------------------------------------------------
+# Fan-out over worker processes
+#
+# One interpreter runs one thread at a time: with 32-64 connections in flight, the
+# handshakes and packet handling of every host queue for that one lock, and on a busy
+# login node the whole client gets one thread's share of the CPUs while `pdsh` gets
+# one process per connection. Large fan-outs therefore split their hosts over a few
+# forked worker processes (at most one per CPU, each with at least PROCESS_MIN_FANOUT
+# connections), each a thread pool as above with its share of the fan-out, sending
+# results (and timelines) back over a pipe as they come.
+
+PROCESS_MIN_FANOUT = 16
+_WORKER_THREAD = "clusterkit-ssh"
+# None: automatic (_process_count); an int forces that many processes where forking
+# is safe (benchmarks compare 1 with the automatic choice)
+fanout_processes: int | None = None
+
+
+def _process_count(settings: SshSettings, hosts: int) -> int:
+    """How many worker processes a fan-out of `hosts` hosts uses (1: threads here).
+
+    Only where fork is safe and cheap: Linux; no SSH connection of this process
+    live in another thread (a forked child inherits the locks, OpenSSL's among them,
+    that a thread in the middle of a packet holds, without the thread); and
+    known_hosts only read (accept-new writes it, which processes would race on)."""
+    if (not sys.platform.startswith("linux") or not hasattr(os, "fork")
+            or settings.host_key_policy == "accept-new" or _ssh_threads_running()):
+        return 1
+    if fanout_processes is not None:
+        return max(1, min(fanout_processes, hosts, settings.fanout))
+    return max(1, min(os.cpu_count() or 1, settings.fanout // PROCESS_MIN_FANOUT,
+                      hosts // PROCESS_MIN_FANOUT))
+
+
+def _ssh_threads_running() -> bool:
+    """Whether an open paramiko transport or a fan-out worker thread runs here (a
+    closed transport's thread may take 0.1 s more to end: it no longer encrypts)."""
+    return any((thread.is_active() if isinstance(thread, paramiko.Transport)
+                else thread.name == _WORKER_THREAD)
+               for thread in threading.enumerate() if thread.is_alive())
+
+
+def split_fanout(fanout: int, processes: int) -> list[int]:
+    """Each process's share of `fanout` connections, the remainder to the first ones."""
+    return [fanout // processes + (1 if k < fanout % processes else 0) for k in range(processes)]
+
+
+class FrameReader:
+    """Length-prefixed pickled messages from a worker's pipe, as bytes arrive."""
+
+    HEADER = 4
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    @staticmethod
+    def frame(message: object) -> bytes:
+        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        return len(data).to_bytes(FrameReader.HEADER, "big") + data
+
+    def feed(self, data: bytes) -> list[object]:
+        """The messages completed by `data`, in order; a partial one waits for more."""
+        self._buffer += data
+        messages = []
+        while len(self._buffer) >= self.HEADER:
+            size = int.from_bytes(self._buffer[:self.HEADER], "big")
+            if len(self._buffer) < self.HEADER + size:
+                break
+            messages.append(pickle.loads(bytes(self._buffer[self.HEADER:self.HEADER + size])))
+            del self._buffer[:self.HEADER + size]
+        return messages
+
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)
+
+
+@dataclass
+class _Shard:
+    pid: int
+    fd: int
+    indexes: list[int]
+    reader: FrameReader
+
+
+def _fan_out_processes(names: list[str], command: str, settings: SshSettings,
+                       stdin: bytes | None, processes: int) -> Iterator[tuple[int, HostResult]]:
+    """(index, result) as each host finishes, from `processes` forked workers."""
+    _load_ssh_config(settings.config_file)  # an unreadable config raises here, once
+    shards: list[_Shard] = []
+    try:
+        for k, share in enumerate(split_fanout(settings.fanout, processes)):
+            indexes = list(range(k, len(names), processes))
+            shards.append(_start_shard(names, indexes, command, replace(settings, fanout=share), stdin))
+        yield from _shard_results(names, shards)
+    finally:
+        for shard in shards:
+            _stop_shard(shard)
+
+
+def _start_shard(names: list[str], indexes: list[int], command: str, settings: SshSettings,
+                 stdin: bytes | None) -> _Shard:
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the worker: never returns
+        os.close(read_fd)
+        _shard_main(write_fd, [names[i] for i in indexes], indexes, command, settings, stdin)
+    os.close(write_fd)
+    return _Shard(pid, read_fd, indexes, FrameReader())
+
+
+def _shard_main(fd: int, names: list[str], indexes: list[int], command: str,
+                settings: SshSettings, stdin: bytes | None) -> NoReturn:
+    """A worker process: fan out over its hosts, send each answer, leave by _exit."""
+    status = 1
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends it; the parent reports
+        lock = threading.Lock()
+
+        def send(message: object) -> None:
+            data = FrameReader.frame(message)
+            with lock:
+                _write_all(fd, data)
+
+        if _timeline_recorder is not None:
+            set_timeline_recorder(lambda host, start, marks: send(("timeline", host, start, marks)))
+        for position, result in _fan_out_threads(names, command, settings, stdin):
+            send(("result", indexes[position], result))
+        status = 0
+    finally:
+        os._exit(status)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _shard_results(names: list[str], shards: list[_Shard]) -> Iterator[tuple[int, HostResult]]:
+    """Read every worker until its pipe closes; hosts a dead worker left unanswered
+    get an error naming what happened to it."""
+    open_fds = {shard.fd: shard for shard in shards}
+    answered: set[int] = set()
+    with selectors.DefaultSelector() as selector:
+        for shard in shards:
+            selector.register(shard.fd, selectors.EVENT_READ)
+        while open_fds:
+            for key, _ in selector.select():
+                shard = open_fds[key.fd]  # type: ignore[index]
+                data = os.read(shard.fd, READ_CHUNK)
+                for message in shard.reader.feed(data):
+                    kind, *rest = cast(tuple, message)
+                    if kind == "result":
+                        index, result = rest
+                        answered.add(index)
+                        yield index, result
+                    elif kind == "timeline" and _timeline_recorder is not None:
+                        _timeline_recorder(*rest)
+                if not data:
+                    selector.unregister(shard.fd)
+                    del open_fds[shard.fd]
+                    why = _reap_shard(shard)
+                    for index in shard.indexes:
+                        if index not in answered:
+                            yield index, HostResult(names[index], False, None, "", "",
+                                                    f"clusterkit worker process {why} before "
+                                                    "this host was done", 0.0)
+
+
+def _reap_shard(shard: _Shard) -> str:
+    """Wait for a worker whose pipe closed; how it ended, in words."""
+    with suppress(ChildProcessError):
+        _, status = os.waitpid(shard.pid, 0)
+        shard.pid = 0
+        if os.WIFSIGNALED(status):
+            return f"was killed by signal {os.WTERMSIG(status)}"
+        return f"exited with status {os.WEXITSTATUS(status)}"
+    return "ended"
+
+
+def _stop_shard(shard: _Shard) -> None:
+    """End a worker still running (the caller stopped early or was interrupted)."""
+    with suppress(OSError):
+        os.close(shard.fd)
+    if shard.pid:
+        with suppress(ProcessLookupError, ChildProcessError):
+            os.kill(shard.pid, signal.SIGTERM)
+            os.waitpid(shard.pid, 0)
+        shard.pid = 0
 
 
 class _WorkerPool:
@@ -929,7 +1132,7 @@ class _WorkerPool:
                 yield index, result
 
     def _start_worker(self) -> None:
-        threading.Thread(target=self._work, name="clusterkit-ssh", daemon=True).start()
+        threading.Thread(target=self._work, name=_WORKER_THREAD, daemon=True).start()
 
     def _work(self) -> None:
         while True:

@@ -335,3 +335,41 @@ def test_a_deferred_module_that_is_missing_stays_an_import_error() -> None:
     assert "clusterkit_no_such_module" not in sys.modules
     with pytest.raises(ImportError):
         __import__("clusterkit_no_such_module")
+
+
+def test_split_fanout_gives_every_connection_to_one_process() -> None:
+    assert remote.split_fanout(64, 2) == [32, 32]
+    assert remote.split_fanout(33, 2) == [17, 16]
+    assert remote.split_fanout(50, 3) == [17, 17, 16]
+    assert sum(remote.split_fanout(1000, 7)) == 1000
+
+
+def test_process_count_follows_cpus_fanout_and_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(remote, "_ssh_threads_running", lambda: False)
+    monkeypatch.setattr(remote.os, "cpu_count", lambda: 8)
+    assert remote._process_count(SshSettings(fanout=64), 1000) == 4  # 16 connections each
+    assert remote._process_count(SshSettings(fanout=256), 1000) == 8  # one per CPU
+    assert remote._process_count(SshSettings(fanout=64), 20) == 1  # too few hosts to split
+    assert remote._process_count(SshSettings(fanout=8), 1000) == 1
+    assert remote._process_count(SshSettings(fanout=64, host_key_policy="accept-new"), 1000) == 1
+    monkeypatch.setattr(remote, "fanout_processes", 3)
+    assert remote._process_count(SshSettings(fanout=64), 1000) == 3
+    assert remote._process_count(SshSettings(fanout=2), 1000) == 2  # never more than the fan-out
+    monkeypatch.setattr(remote, "_ssh_threads_running", lambda: True)
+    assert remote._process_count(SshSettings(fanout=64), 1000) == 1
+
+
+def test_frames_come_out_whole_however_the_pipe_cuts_them() -> None:
+    result = remote.HostResult("n1", True, 0, "out\n", "", None, 0.25)
+    messages = [("result", 3, result), ("timeline", "n1", 1.5, [("tcp", 1.6)]), ("result", 0, result)]
+    stream = b"".join(remote.FrameReader.frame(m) for m in messages)
+    for cut in (1, 3, 4, 5, 17, len(stream)):
+        reader = remote.FrameReader()
+        got: list[object] = []
+        for start in range(0, len(stream), cut):
+            got += reader.feed(stream[start:start + cut])
+        assert got == messages, cut
+        assert reader.pending == 0
+    reader = remote.FrameReader()
+    assert reader.feed(stream[:-1]) == messages[:2]
+    assert reader.pending > 0  # the last one waits for its final byte
