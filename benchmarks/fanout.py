@@ -2,6 +2,7 @@
 same nodes with the same fan-out, in the same run.
 
     .venv/bin/python benchmarks/fanout.py [--nodes 500] [--fanouts 32,64] [--repeat 3]
+        [--scenarios direct,jump] [--peers clusterkit,ck-1proc,pdsh,clush]
 
 Needs root (it starts sshds and creates the user `ckbench`), OpenSSH's sshd and
 client, pdsh; clush is used when installed. The script builds everything itself
@@ -23,6 +24,13 @@ wall is its elapsed time, CPU its whole process tree's user+sys
 (getrusage(RUSAGE_CHILDREN) deltas: pdsh's and clush's ssh children included).
 The sshds and the probes they start are not counted: every peer pays the same
 there. The order of peers rotates from one repetition to the next.
+
+`--scenarios direct,jump` alternates the direct run with one through a jump host:
+an sshd on 127.0.8.2 behind `relay.py` on 127.0.8.1, which holds every chunk
+`--jump-delay-ms` (10) each way; every node's Host block then has `ProxyJump bjump`.
+After each clusterkit run it prints the run's timeline summary (`timeline.py`):
+where the wall went and how much of the fan-out window sat idle. `ck-1proc` is
+`fan_out` held to one process (threads only).
 """
 from __future__ import annotations
 

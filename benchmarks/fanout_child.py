@@ -6,7 +6,8 @@ interpreter's and clusterkit's imports only, not the benchmark's.
 
 With CK_FANOUT_PROCESSES=N, fan_out uses N worker processes (1: threads only)
 instead of its own choice. With CK_FANOUT_TIMELINE=FILE set, it records every host's timeline there as JSON,
-with its own start-up marks and its peak RSS (VmHWM, after exec).
+with its own start-up marks and its peak RSS (its VmHWM after exec, plus its
+worker processes' peaks, if any).
 """
 import json
 import os
@@ -29,6 +30,17 @@ def peak_rss_mb() -> float:
     return 0.0
 
 
+def workers_rss_mb(workers: int) -> float:
+    """An upper bound on fan_out's worker processes' peak RSS: the largest reaped
+    child's peak (ru_maxrss) for each of them, pages shared with this process
+    counted again in each."""
+    if workers <= 1:
+        return 0.0
+    import resource
+
+    return workers * resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
 def main(argv: list[str]) -> None:
     client = {"entered": time.monotonic()}
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -46,6 +58,7 @@ def main(argv: list[str]) -> None:
     if record:
         set_timeline_recorder(lambda host, start, marks: timelines.append((host, start, marks)))
     names = [f"b{i:03d}" for i in range(1, count + 1)]
+    workers = remote._process_count(settings, count)  # what fan_out will choose
     results = fan_out(names, " ".join(command), settings)
     client["returned"] = time.monotonic()
     out: list[str] = []
@@ -58,7 +71,8 @@ def main(argv: list[str]) -> None:
     client["written"] = time.monotonic()
     if record:
         with open(record, "w") as f:
-            json.dump({"client": client, "timelines": timelines, "peak_rss_mb": peak_rss_mb()}, f)
+            json.dump({"client": client, "timelines": timelines, "workers": workers,
+                       "peak_rss_mb": peak_rss_mb() + workers_rss_mb(workers)}, f)
     sys.stderr.flush()
     # Leave without the interpreter's teardown (freeing every module: 0.15 s of CPU,
     # 0.5-1.2 s of wall on this loaded machine, after the last host is done), as a

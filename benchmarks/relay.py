@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import signal
 import socket
 import sys
@@ -96,7 +97,11 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dela
     try:
         await write_side()
     except OSError:
+        pass
+    finally:
         reading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reading
 
 
 async def _serve_one(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter,
