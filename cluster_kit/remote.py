@@ -879,7 +879,7 @@ def fan_out(
     if not names:
         return []
     results: list[HostResult | None] = [None] * len(names)
-    processes = _process_count(settings, len(names), _goes_through_jump(settings, names[0]))
+    processes = _process_count(settings, len(names))
     answers = (_fan_out_processes(names, command, settings, stdin, processes) if processes > 1
                else _fan_out_threads(names, command, settings, stdin))
     for index, result in answers:
@@ -903,52 +903,31 @@ def _fan_out_threads(names: list[str], command: str, settings: SshSettings,
 # Fan-out over worker processes
 #
 # One interpreter runs one thread at a time, and through a jump host one transport
-# thread carries every host's packets (each encrypted twice: the host's own, then the
-# jump connection's). Large fan-outs through a jump host therefore split their hosts
-# over a few forked worker processes (at most one per CPU, each with at least
-# PROCESS_MIN_FANOUT connections and its own jump transport), each a thread pool as
-# above with its share of the fan-out, sending results (and timelines) back over a
-# pipe as they come.
+# thread carries every host's packets (each encrypted twice). With
+# `fanout_processes` set, fan_out splits its hosts over that many forked worker
+# processes, each a thread pool as above with its share of the fan-out and its own
+# jump transport, sending results (and timelines) back over a pipe as they come.
+# Off by default: measured on 2 cores it did not pay (see _process_count).
 
-PROCESS_MIN_FANOUT = 16
 _WORKER_THREAD = "clusterkit-ssh"
-# None: automatic (_process_count); an int forces that many processes where forking
-# is safe (benchmarks compare 1 with the automatic choice)
+# None: one process; an int: that many worker processes where forking is safe
 fanout_processes: int | None = None
 
 
-def _goes_through_jump(settings: SshSettings, first_host: str) -> bool:
-    """Whether the fan-out reaches its hosts through a jump host (the profile's
-    proxy_jump, or the first host's ProxyJump in ssh_config)."""
-    if settings.proxy_jump:
-        return True
-    try:
-        return bool(_Context(settings).endpoint(first_host).proxy_jump)
-    except Exception:  # noqa: BLE001 - a host's problem is reported by its own attempt
-        return False
-
-
-def _process_count(settings: SshSettings, hosts: int, through_jump: bool = True) -> int:
+def _process_count(settings: SshSettings, hosts: int) -> int:
     """How many worker processes a fan-out of `hosts` hosts uses (1: threads here).
 
-    Only through a jump host: there one transport thread carries (and encrypts a
-    second time) every host's traffic, and splitting it over processes cut the
-    wall time through a 20 ms jump host from 0.72x to 0.65x pdsh's; connecting
-    directly, one process was as fast or faster (docs/benchmarks.md).
-
-    Only where fork is safe and cheap: Linux; no SSH connection of this process
-    live in another thread (a forked child inherits the locks, OpenSSL's among them,
-    that a thread in the middle of a packet holds, without the thread); and
-    known_hosts only read (accept-new writes it, which processes would race on)."""
-    if (not sys.platform.startswith("linux") or not hasattr(os, "fork")
+    One unless `fanout_processes` asks for more: on a loaded 2-core machine, two
+    processes were no faster than one, directly or through a jump host, and cost
+    0.3-0.6 s more CPU for 200 hosts (docs/benchmarks.md). And only where fork is
+    safe: Linux; no SSH connection of this process live in another thread (a forked
+    child inherits the locks, OpenSSL's among them, that a thread in the middle of a
+    packet holds, without the thread); known_hosts only read (accept-new writes it,
+    which processes would race on)."""
+    if (fanout_processes is None or not sys.platform.startswith("linux") or not hasattr(os, "fork")
             or settings.host_key_policy == "accept-new" or _ssh_threads_running()):
         return 1
-    if fanout_processes is not None:
-        return max(1, min(fanout_processes, hosts, settings.fanout))
-    if not through_jump:
-        return 1
-    return max(1, min(os.cpu_count() or 1, settings.fanout // PROCESS_MIN_FANOUT,
-                      hosts // PROCESS_MIN_FANOUT))
+    return max(1, min(fanout_processes, hosts, settings.fanout))
 
 
 def _ssh_threads_running() -> bool:

@@ -344,26 +344,14 @@ def test_split_fanout_gives_every_connection_to_one_process() -> None:
     assert sum(remote.split_fanout(1000, 7)) == 1000
 
 
-def test_goes_through_jump_reads_the_profile_and_ssh_config(tmp_path: Path) -> None:
-    config = tmp_path / "ssh_config"
-    config.write_text("Host behind\n    ProxyJump login\nHost direct\n    HostName 10.0.0.1\n")
-    assert remote._goes_through_jump(SshSettings(config_file=str(config)), "behind")
-    assert not remote._goes_through_jump(SshSettings(config_file=str(config)), "direct")
-    assert remote._goes_through_jump(SshSettings(config_file=str(config), proxy_jump="login"), "direct")
-
-
-def test_process_count_follows_cpus_fanout_and_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_process_count_is_one_unless_asked_and_safe(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(remote, "_ssh_threads_running", lambda: False)
-    monkeypatch.setattr(remote.os, "cpu_count", lambda: 8)
-    assert remote._process_count(SshSettings(fanout=64), 1000) == 4  # 16 connections each
-    assert remote._process_count(SshSettings(fanout=64), 1000, through_jump=False) == 1
-    assert remote._process_count(SshSettings(fanout=256), 1000) == 8  # one per CPU
-    assert remote._process_count(SshSettings(fanout=64), 20) == 1  # too few hosts to split
-    assert remote._process_count(SshSettings(fanout=8), 1000) == 1
-    assert remote._process_count(SshSettings(fanout=64, host_key_policy="accept-new"), 1000) == 1
+    assert remote._process_count(SshSettings(fanout=64), 1000) == 1
     monkeypatch.setattr(remote, "fanout_processes", 3)
     assert remote._process_count(SshSettings(fanout=64), 1000) == 3
     assert remote._process_count(SshSettings(fanout=2), 1000) == 2  # never more than the fan-out
+    assert remote._process_count(SshSettings(fanout=64), 2) == 2  # nor than the hosts
+    assert remote._process_count(SshSettings(fanout=64, host_key_policy="accept-new"), 1000) == 1
     monkeypatch.setattr(remote, "_ssh_threads_running", lambda: True)
     assert remote._process_count(SshSettings(fanout=64), 1000) == 1
 
