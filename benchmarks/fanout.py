@@ -30,7 +30,9 @@ an sshd on 127.0.8.2 behind `relay.py` on 127.0.8.1, which holds every chunk
 `--jump-delay-ms` (10) each way; every node's Host block then has `ProxyJump bjump`.
 After each clusterkit run it prints the run's timeline summary (`timeline.py`):
 where the wall went and how much of the fan-out window sat idle. `ck-1proc` is
-`fan_out` held to one process (threads only).
+`fan_out` held to one process (threads only): the default; with
+`--clusterkit-prefix "env CK_FANOUT_PROCESSES=2"` the clusterkit peer runs the
+opt-in worker processes against it.
 """
 from __future__ import annotations
 
