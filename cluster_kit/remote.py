@@ -10,19 +10,50 @@ host's failure.
 from __future__ import annotations
 
 import getpass
+import importlib.util
 import logging
 import os
+import pickle
 import queue
 import select
+import selectors
+import signal
 import socket
+import sys
 import threading
 import time
+import types
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
-from typing import cast
+from dataclasses import dataclass, replace
+from typing import NoReturn, cast
 
-import paramiko
+
+class _Deferred(types.ModuleType):
+    """Stands in for a module until one of its attributes is first used."""
+
+    def __getattr__(self, attr: str) -> object:
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), attr)
+
+
+def _defer_import(name: str) -> None:
+    """Make `import name` cheap: the module is imported on first attribute use.
+
+    paramiko.config imports invoke, only ever used for ssh_config's `Match exec`,
+    and invoke brings asyncio, yaml and unittest.mock: about a third of paramiko's
+    import time, and of the interpreter's exit (0.1-0.2 s on a loaded 2-core
+    machine, at the start and the end of every fan-out). A module that is not
+    installed stays an ImportError."""
+    if name in sys.modules or importlib.util.find_spec(name) is None:
+        return
+    sys.modules[name] = _Deferred(name)
+
+
+_defer_import("invoke")
+
+import paramiko  # after _defer_import
 from paramiko.common import cMSG_CHANNEL_REQUEST
 from paramiko.ssh_exception import IncompatiblePeer
 
@@ -54,6 +85,14 @@ GRACE_S = 2.0
 READ_CHUNK = 65536
 MAX_JUMP_DEPTH = 8
 HOST_KEY_ALGORITHMS = {"ssh-rsa": ("rsa-sha2-512", "rsa-sha2-256")}
+
+# Per-connection timeline (benchmarks/fanout.py): None, the default, records nothing.
+# Otherwise called once per host as it finishes, from its worker thread, with the host,
+# the monotonic time its attempt started and the (step, monotonic time) marks of
+# TIMELINE_STEPS it reached, in order.
+TimelineRecorder = Callable[[str, float, list[tuple[str, float]]], None]
+TIMELINE_STEPS = ("tcp", "kex", "auth", "channel", "sent", "first_byte", "done", "closed")
+_timeline_recorder: TimelineRecorder | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +165,12 @@ class _Attempt:
         self._held: list[object] = []
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
+        self.marks: list[tuple[str, float]] | None = [] if _timeline_recorder is not None else None
+
+    def mark(self, step: str) -> None:
+        """Note that this attempt reached `step` (a TIMELINE_STEPS name), if recording."""
+        if self.marks is not None:
+            self.marks.append((step, time.monotonic()))
 
     @property
     def deadline(self) -> float:
@@ -286,12 +331,15 @@ def _connect(ctx: _Context, endpoint: Endpoint, attempt: _Attempt,
     else:
         sock = _open_socket(endpoint, connect_deadline)
     attempt.hold(sock)
+    attempt.mark("tcp")
     known = KnownHosts(endpoint.user_known_hosts, endpoint.global_known_hosts)
     transport = _handshake(sock, endpoint, known, connect_deadline, attempt)
     try:
         _verify_host_key(transport, endpoint, known, ctx.settings.host_key_policy)
+        attempt.mark("kex")
         attempt.phase = f"authenticating as {endpoint.user}"
         _authenticate(transport, endpoint, time.monotonic() + endpoint.connect_timeout)
+        attempt.mark("auth")
     except BaseException:
         transport.close()
         raise
@@ -665,12 +713,15 @@ def _execute(transport: paramiko.Transport, command: str, stdin: bytes | None,
     deadline = time.monotonic() + timeout
     channel = transport.open_session(timeout=max(0.05, timeout))
     attempt.hold(channel)  # exec_command's reply has no timeout of its own
+    attempt.mark("channel")
     try:
         channel.exec_command(command)
         _send_stdin(channel, stdin or b"", deadline, timeout)
-        out, err = _collect(channel, deadline, timeout)
+        attempt.mark("sent")
+        out, err = _collect(channel, deadline, timeout, attempt)
         if not channel.status_event.wait(max(0.0, deadline - time.monotonic())):
             raise _CommandTimeout(timeout, out, err)
+        attempt.mark("done")
         return channel.exit_status, out, err
     except _CommandTimeout:
         _ask_to_stop(channel)
@@ -706,16 +757,21 @@ def _send_stdin(channel: paramiko.Channel, data: bytes, deadline: float, timeout
     channel.shutdown_write()
 
 
-def _collect(channel: paramiko.Channel, deadline: float, timeout: float) -> tuple[bytes, bytes]:
+def _collect(channel: paramiko.Channel, deadline: float, timeout: float,
+             attempt: _Attempt | None = None) -> tuple[bytes, bytes]:
     """Read stdout and stderr as they come until EOF; never blocks past `deadline`."""
     out, err = bytearray(), bytearray()
     wakeup = channel.fileno()  # readable whenever either stream has data or closes
+    first = attempt is not None and attempt.marks is not None
     while True:
         finished = channel.eof_received or channel.closed  # data precedes EOF
         while channel.recv_ready():
             out += channel.recv(READ_CHUNK)
         while channel.recv_stderr_ready():
             err += channel.recv_stderr(READ_CHUNK)
+        if first and (out or err or finished):
+            first = False
+            attempt.mark("first_byte")  # type: ignore[union-attr]
         if finished:
             return bytes(out), bytes(err)
         remaining = deadline - time.monotonic()
@@ -749,6 +805,21 @@ def _run_host(ctx: _Context, host: str, command: str, stdin: bytes | None,
         attempt.disarm()
         if transport is not None:
             transport.close()
+        if attempt.marks is not None:
+            attempt.mark("closed")
+            _record_timeline(host, attempt)
+
+
+def set_timeline_recorder(recorder: TimelineRecorder | None) -> None:
+    """Record every later host's timeline with `recorder` (None: stop recording)."""
+    global _timeline_recorder
+    _timeline_recorder = recorder
+
+
+def _record_timeline(host: str, attempt: _Attempt) -> None:
+    recorder = _timeline_recorder
+    if recorder is not None and attempt.marks is not None:
+        recorder(host, attempt.started, list(attempt.marks))
 
 
 def _run_on(transport: paramiko.Transport, host: str, command: str, stdin: bytes | None,
@@ -848,16 +919,213 @@ def fan_out(
     if not names:
         return []
     results: list[HostResult | None] = [None] * len(names)
+    processes = _process_count(settings, len(names))
+    answers = (_fan_out_processes(names, command, settings, stdin, processes) if processes > 1
+               else _fan_out_threads(names, command, settings, stdin))
+    for index, result in answers:
+        results[index] = result
+        if on_result is not None:
+            on_result(result)
+    return [r for r in results if r is not None]
+
+
+def _fan_out_threads(names: list[str], command: str, settings: SshSettings,
+                     stdin: bytes | None) -> Iterator[tuple[int, HostResult]]:
+    """(index, result) as each host finishes, from worker threads of this process."""
     ctx = _Context(settings)
     try:
-        pool = _WorkerPool(ctx, names, command, stdin)
-        for index, result in pool.results():
-            results[index] = result
-            if on_result is not None:
-                on_result(result)
+        yield from _WorkerPool(ctx, names, command, stdin).results()
     finally:
         ctx.close()
-    return [r for r in results if r is not None]
+
+
+# ----------------------------------------------------------------------------
+# Fan-out over worker processes
+#
+# One interpreter runs one thread at a time, and through a jump host one transport
+# thread carries every host's packets (each encrypted twice). With
+# `fanout_processes` set, fan_out splits its hosts over that many forked worker
+# processes, each a thread pool as above with its share of the fan-out and its own
+# jump transport, sending results (and timelines) back over a pipe as they come.
+# Off by default: measured on 2 cores it did not pay (see _process_count).
+
+_WORKER_THREAD = "clusterkit-ssh"
+# None: one process; an int: that many worker processes where forking is safe
+fanout_processes: int | None = None
+
+
+def _process_count(settings: SshSettings, hosts: int) -> int:
+    """How many worker processes a fan-out of `hosts` hosts uses (1: threads here).
+
+    One unless `fanout_processes` asks for more: on a loaded 2-core machine, two
+    processes were no faster than one, directly or through a jump host, and cost
+    0.3-0.6 s more CPU for 200 hosts (docs/benchmarks.md). And only where fork is
+    safe: Linux; no SSH connection of this process live in another thread (a forked
+    child inherits the locks, OpenSSL's among them, that a thread in the middle of a
+    packet holds, without the thread); known_hosts only read (accept-new writes it,
+    which processes would race on)."""
+    if (fanout_processes is None or not sys.platform.startswith("linux") or not hasattr(os, "fork")
+            or settings.host_key_policy == "accept-new" or _ssh_threads_running()):
+        return 1
+    return max(1, min(fanout_processes, hosts, settings.fanout))
+
+
+def _ssh_threads_running() -> bool:
+    """Whether an open paramiko transport or a fan-out worker thread runs here (a
+    closed transport's thread may take 0.1 s more to end: it no longer encrypts)."""
+    return any((thread.is_active() if isinstance(thread, paramiko.Transport)
+                else thread.name == _WORKER_THREAD)
+               for thread in threading.enumerate() if thread.is_alive())
+
+
+def split_fanout(fanout: int, processes: int) -> list[int]:
+    """Each process's share of `fanout` connections, the remainder to the first ones."""
+    return [fanout // processes + (1 if k < fanout % processes else 0) for k in range(processes)]
+
+
+class FrameReader:
+    """Length-prefixed pickled messages from a worker's pipe, as bytes arrive."""
+
+    HEADER = 4
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    @staticmethod
+    def frame(message: object) -> bytes:
+        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        return len(data).to_bytes(FrameReader.HEADER, "big") + data
+
+    def feed(self, data: bytes) -> list[object]:
+        """The messages completed by `data`, in order; a partial one waits for more."""
+        self._buffer += data
+        messages = []
+        while len(self._buffer) >= self.HEADER:
+            size = int.from_bytes(self._buffer[:self.HEADER], "big")
+            if len(self._buffer) < self.HEADER + size:
+                break
+            messages.append(pickle.loads(bytes(self._buffer[self.HEADER:self.HEADER + size])))
+            del self._buffer[:self.HEADER + size]
+        return messages
+
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)
+
+
+@dataclass
+class _Shard:
+    pid: int
+    fd: int
+    indexes: list[int]
+    reader: FrameReader
+
+
+def _fan_out_processes(names: list[str], command: str, settings: SshSettings,
+                       stdin: bytes | None, processes: int) -> Iterator[tuple[int, HostResult]]:
+    """(index, result) as each host finishes, from `processes` forked workers."""
+    _load_ssh_config(settings.config_file)  # an unreadable config raises here, once
+    shards: list[_Shard] = []
+    try:
+        for k, share in enumerate(split_fanout(settings.fanout, processes)):
+            indexes = list(range(k, len(names), processes))
+            shards.append(_start_shard(names, indexes, command, replace(settings, fanout=share), stdin))
+        yield from _shard_results(names, shards)
+    finally:
+        for shard in shards:
+            _stop_shard(shard)
+
+
+def _start_shard(names: list[str], indexes: list[int], command: str, settings: SshSettings,
+                 stdin: bytes | None) -> _Shard:
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the worker: never returns
+        os.close(read_fd)
+        _shard_main(write_fd, [names[i] for i in indexes], indexes, command, settings, stdin)
+    os.close(write_fd)
+    return _Shard(pid, read_fd, indexes, FrameReader())
+
+
+def _shard_main(fd: int, names: list[str], indexes: list[int], command: str,
+                settings: SshSettings, stdin: bytes | None) -> NoReturn:
+    """A worker process: fan out over its hosts, send each answer, leave by _exit."""
+    status = 1
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends it; the parent reports
+        lock = threading.Lock()
+
+        def send(message: object) -> None:
+            data = FrameReader.frame(message)
+            with lock:
+                _write_all(fd, data)
+
+        if _timeline_recorder is not None:
+            set_timeline_recorder(lambda host, start, marks: send(("timeline", host, start, marks)))
+        for position, result in _fan_out_threads(names, command, settings, stdin):
+            send(("result", indexes[position], result))
+        status = 0
+    finally:
+        os._exit(status)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _shard_results(names: list[str], shards: list[_Shard]) -> Iterator[tuple[int, HostResult]]:
+    """Read every worker until its pipe closes; hosts a dead worker left unanswered
+    get an error naming what happened to it."""
+    open_fds = {shard.fd: shard for shard in shards}
+    answered: set[int] = set()
+    with selectors.DefaultSelector() as selector:
+        for shard in shards:
+            selector.register(shard.fd, selectors.EVENT_READ)
+        while open_fds:
+            for key, _ in selector.select():
+                shard = open_fds[key.fd]  # type: ignore[index]
+                data = os.read(shard.fd, READ_CHUNK)
+                for message in shard.reader.feed(data):
+                    kind, *rest = cast(tuple, message)
+                    if kind == "result":
+                        index, result = rest
+                        answered.add(index)
+                        yield index, result
+                    elif kind == "timeline" and _timeline_recorder is not None:
+                        _timeline_recorder(*rest)
+                if not data:
+                    selector.unregister(shard.fd)
+                    del open_fds[shard.fd]
+                    why = _reap_shard(shard)
+                    for index in shard.indexes:
+                        if index not in answered:
+                            yield index, HostResult(names[index], False, None, "", "",
+                                                    f"clusterkit worker process {why} before "
+                                                    "this host was done", 0.0)
+
+
+def _reap_shard(shard: _Shard) -> str:
+    """Wait for a worker whose pipe closed; how it ended, in words."""
+    with suppress(ChildProcessError):
+        _, status = os.waitpid(shard.pid, 0)
+        shard.pid = 0
+        if os.WIFSIGNALED(status):
+            return f"was killed by signal {os.WTERMSIG(status)}"
+        return f"exited with status {os.WEXITSTATUS(status)}"
+    return "ended"
+
+
+def _stop_shard(shard: _Shard) -> None:
+    """End a worker still running (the caller stopped early or was interrupted)."""
+    with suppress(OSError):
+        os.close(shard.fd)
+    if shard.pid:
+        with suppress(ProcessLookupError, ChildProcessError):
+            os.kill(shard.pid, signal.SIGTERM)
+            os.waitpid(shard.pid, 0)
+        shard.pid = 0
 
 
 class _WorkerPool:
@@ -901,7 +1169,7 @@ class _WorkerPool:
                 yield index, result
 
     def _start_worker(self) -> None:
-        threading.Thread(target=self._work, name="clusterkit-ssh", daemon=True).start()
+        threading.Thread(target=self._work, name=_WORKER_THREAD, daemon=True).start()
 
     def _work(self) -> None:
         while True:

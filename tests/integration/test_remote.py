@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -525,7 +526,14 @@ def _mixed_hosts() -> list[str]:
     return hosts
 
 
-def test_fan_out_answers_every_host_in_order_within_the_deadline(lab: Lab) -> None:
+@pytest.mark.parametrize("processes", [1, 2], ids=["threads", "2-processes"])
+def test_fan_out_answers_every_host_in_order_within_the_deadline(lab: Lab, processes: int,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(remote, "fanout_processes", processes)
+    started_shards: list[object] = []
+    start_shard = remote._start_shard
+    monkeypatch.setattr(remote, "_start_shard", lambda *a: started_shards.append(start_shard(*a))
+                        or started_shards[-1])
     hosts = _mixed_hosts()
     seen: list[HostResult] = []
     settings = lab.settings(user=USER, connect_timeout=2, command_timeout=5, fanout=32)
@@ -544,6 +552,40 @@ def test_fan_out_answers_every_host_in_order_within_the_deadline(lab: Lab) -> No
         else:
             assert (result.error or "").startswith(expected[kind]), (result.host, result.error)
     assert elapsed < 2 + 3, elapsed  # the slowest host is a silent one: connect_timeout
+    assert len(started_shards) == (0 if processes == 1 else processes)
+
+
+def test_fan_out_over_processes_records_timelines_and_answers_for_a_dead_worker(
+        lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Worker 0 gets the refused hosts (answered at once), worker 1 the sleeping ones;
+    killing worker 1 when the first answer comes leaves its hosts an error naming that."""
+    monkeypatch.setattr(remote, "fanout_processes", 2)
+    shards: list[remote._Shard] = []
+    start_shard = remote._start_shard
+    monkeypatch.setattr(remote, "_start_shard", lambda *a: shards.append(start_shard(*a)) or shards[-1])
+    recorded: list[tuple[str, float, list[tuple[str, float]]]] = []
+    remote.set_timeline_recorder(lambda host, start, marks: recorded.append((host, start, marks)))
+    killed: list[int] = []
+
+    def kill_sleepers(result: HostResult) -> None:
+        if not killed:
+            killed.append(shards[1].pid)
+            os.kill(shards[1].pid, signal.SIGKILL)
+
+    try:
+        results = remote.fan_out([REFUSED, A] * 4, "sleep 5", lab.settings(fanout=4),
+                                 on_result=kill_sleepers)
+    finally:
+        remote.set_timeline_recorder(None)
+    assert [r.host for r in results] == [REFUSED, A] * 4
+    for result in results[0::2]:
+        assert (result.error or "").startswith("connection refused"), result.error
+    for result in results[1::2]:
+        assert result.error == ("clusterkit worker process was killed by signal 9 before this "
+                                "host was done"), result.error
+    # the refused hosts' timelines came back from worker 0: a tcp attempt, then closed
+    assert sorted(host for host, _, _ in recorded) == [REFUSED] * 4
+    assert all([step for step, _ in marks] == ["closed"] for _, _, marks in recorded)
 
 
 def test_fan_out_keeps_to_the_fanout_limit(lab: Lab) -> None:

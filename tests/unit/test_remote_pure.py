@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import paramiko
@@ -330,3 +331,57 @@ def test_host_result_reached_and_ok() -> None:
     answered = remote.HostResult("n1", False, 3, "", "boom", None, 0.1)
     unreachable = remote.HostResult("n2", False, None, "", "", "connection refused (n2 port 22)", 0.1)
     assert answered.reached and not unreachable.reached
+
+
+def test_invoke_is_imported_only_when_match_exec_needs_it() -> None:
+    """paramiko.config imports invoke at import time; remote.py defers it (start-up
+    and exit cost), and paramiko still reaches the real module when it runs."""
+    code = ("import sys, cluster_kit.remote, paramiko.config as c\n"
+            "assert 'invoke.context' not in sys.modules, 'invoke was imported'\n"
+            "run = c.invoke.run\n"
+            "assert 'invoke.context' in sys.modules and run.__module__.startswith('invoke')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_deferred_module_that_is_missing_stays_an_import_error() -> None:
+    remote._defer_import("clusterkit_no_such_module")
+    assert "clusterkit_no_such_module" not in sys.modules
+    with pytest.raises(ImportError):
+        __import__("clusterkit_no_such_module")
+
+
+def test_split_fanout_gives_every_connection_to_one_process() -> None:
+    assert remote.split_fanout(64, 2) == [32, 32]
+    assert remote.split_fanout(33, 2) == [17, 16]
+    assert remote.split_fanout(50, 3) == [17, 17, 16]
+    assert sum(remote.split_fanout(1000, 7)) == 1000
+
+
+def test_process_count_is_one_unless_asked_and_safe(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(remote, "_ssh_threads_running", lambda: False)
+    assert remote._process_count(SshSettings(fanout=64), 1000) == 1
+    monkeypatch.setattr(remote, "fanout_processes", 3)
+    assert remote._process_count(SshSettings(fanout=64), 1000) == 3
+    assert remote._process_count(SshSettings(fanout=2), 1000) == 2  # never more than the fan-out
+    assert remote._process_count(SshSettings(fanout=64), 2) == 2  # nor than the hosts
+    assert remote._process_count(SshSettings(fanout=64, host_key_policy="accept-new"), 1000) == 1
+    monkeypatch.setattr(remote, "_ssh_threads_running", lambda: True)
+    assert remote._process_count(SshSettings(fanout=64), 1000) == 1
+
+
+def test_frames_come_out_whole_however_the_pipe_cuts_them() -> None:
+    result = remote.HostResult("n1", True, 0, "out\n", "", None, 0.25)
+    messages = [("result", 3, result), ("timeline", "n1", 1.5, [("tcp", 1.6)]), ("result", 0, result)]
+    stream = b"".join(remote.FrameReader.frame(m) for m in messages)
+    for cut in (1, 3, 4, 5, 17, len(stream)):
+        reader = remote.FrameReader()
+        got: list[object] = []
+        for start in range(0, len(stream), cut):
+            got += reader.feed(stream[start:start + cut])
+        assert got == messages, cut
+        assert reader.pending == 0
+    reader = remote.FrameReader()
+    assert reader.feed(stream[:-1]) == messages[:2]
+    assert reader.pending > 0  # the last one waits for its final byte
