@@ -385,13 +385,23 @@ def profile_steps(environ: dict[str, str] | None = None) -> int:
     return min(int(text), MAX_PROFILE_STEPS)
 
 
-def trace_file_name(environ: dict[str, str] | None = None) -> str:
-    """``trace-rank<R>.json``, the variant first when ``CLUSTERKIT_DDP_VARIANT`` is set."""
+def trace_file_name(environ: dict[str, str] | None = None, host: str | None = None) -> str:
+    """``trace-rank<R>@<host>.json``, the variant first when ``CLUSTERKIT_DDP_VARIANT`` is set.
+
+    The host is in the name because not every PyTorch release writes it into the trace.
+    """
+    import socket
+
     env = os.environ if environ is None else environ
     rank = env.get("RANK", "0")
-    variant = env.get(VARIANT_ENV, "").strip()
-    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in variant)
-    return f"{safe}.trace-rank{rank}.json" if safe else f"trace-rank{rank}.json"
+    node = _safe(host or env.get("SLURMD_NODENAME") or socket.gethostname())
+    variant = _safe(env.get(VARIANT_ENV, "").strip())
+    name = f"trace-rank{rank}@{node}.json"
+    return f"{variant}.{name}" if variant else name
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-=," else "_" for c in text)
 
 
 class StepProfiler:

@@ -132,7 +132,7 @@ def _launch_bound(rank: dict[str, Any], gpu: bool) -> dict[str, Any] | None:
     step = rank["step_ms"]["mean"]
     idle = rank["other_ms"]
     kernels = rank.get("kernels_per_step", 0.0)
-    if not gpu or step <= 0 or idle < LAUNCH_BOUND_IDLE * step:
+    if not gpu or step <= 0 or idle < LAUNCH_BOUND_IDLE * step or rank.get("graph_launches_per_step"):
         return None
     return {"knob": "cuda_graphs", "value": True,
             "why": f"the GPU is idle {idle:.2f} ms of each {step:.2f} ms step between {kernels:.0f} "

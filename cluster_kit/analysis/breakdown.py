@@ -98,10 +98,11 @@ def analyse_rank(trace: Trace) -> RankResult:
     if not windows:
         raise TraceError(f"{trace.path}: no ProfilerStep#N spans: record it with "
                          "torch.profiler's schedule and prof.step() (cluster_kit.ddp.StepProfiler does)")
-    compute, comm = (union(s) for s in coll.compute_and_comm_spans(trace))
+    compute_spans, comm_spans, all_calls = coll.activity(trace)
+    compute, comm = union(compute_spans), union(comm_spans)
     steps = [split_step(w, compute, comm) for w in windows]
     start, end = windows[0].start, windows[-1].end
-    calls = [c for c in coll.collectives(trace) if start <= c.ts < end]
+    calls = [c for c in all_calls if start <= c.ts < end]
     return RankResult(trace.rank, trace.host, trace.world_size, steps,
                       coll.summarise(calls, len(steps), trace.world_size),
                       extra=_extra_figures(trace, start, end, len(steps)))
@@ -112,9 +113,11 @@ def _extra_figures(trace: Trace, start: float, end: float, steps: int) -> dict[s
     copies = sum(e.dur for e in trace.events if e.name == "torch.distributed.ddp.reducer::copy_bucket_to_grad"
                  and start <= e.ts < end)
     kernels = sum(1 for e in trace.events if e.cat == "kernel" and start <= e.ts < end)
+    graphs = sum(1 for e in trace.events if e.name.startswith("cudaGraphLaunch") and start <= e.ts < end)
     out = {"bucket_copy_ms": copies / 1e3 / steps}
     if trace.has_gpu:
         out["kernels_per_step"] = kernels / steps
+        out["graph_launches_per_step"] = graphs / steps
     return out
 
 
@@ -123,6 +126,7 @@ def overall_overlap_pct(trace: Trace) -> float:
 
     The figure Holistic Trace Analysis's comm/comp overlap reports per rank.
     """
-    compute, comm = (union(s) for s in coll.compute_and_comm_spans(trace))
+    compute_spans, comm_spans, _calls = coll.activity(trace)
+    compute, comm = union(compute_spans), union(comm_spans)
     talk = total(comm)
     return 100 * total(intersect(comm, compute)) / talk if talk > 0 else 0.0

@@ -7,9 +7,11 @@ worker threads) are communication; the ATen/autograd ops are computation.
 """
 from __future__ import annotations
 
+import bisect
 import re
 import statistics
 from dataclasses import dataclass
+from typing import Any
 
 from cluster_kit.analysis.intervals import Span
 from cluster_kit.analysis.traces import Event, Trace
@@ -56,21 +58,84 @@ def is_cpu_compute(event: Event) -> bool:
     return event.cat == "cpu_op" and not event.name.startswith(NOT_COMPUTE_PREFIXES)
 
 
-def compute_and_comm_spans(trace: Trace) -> tuple[list[Span], list[Span]]:
-    """(compute spans, communication spans) of the trace, unmerged."""
+Activity = tuple[list[Span], list[Span], list[Collective]]
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
+
+
+def activity(trace: Trace) -> Activity:
+    """(compute spans, communication spans, collective calls) of a trace, spans unmerged."""
+    return gpu_activity(trace) if trace.has_gpu else cpu_activity(trace)
+
+
+def cpu_activity(trace: Trace) -> Activity:
     compute: list[Span] = []
     comm: list[Span] = []
-    if trace.has_gpu:
-        for e in trace.events:
-            if e.cat == "kernel":
-                (comm if is_comm_kernel(e) else compute).append((e.ts, e.end))
-        return compute, comm
+    calls: list[Collective] = []
     for e in trace.events:
         if is_cpu_collective(e):
             comm.append((e.ts, e.end))
+            calls.append(Collective(op_name(e.name.split(":", 1)[1]), message_bytes(e.args), e.ts, e.dur))
         elif is_cpu_compute(e):
             compute.append((e.ts, e.end))
-    return compute, comm
+    return compute, comm, sorted(calls, key=lambda c: c.ts)
+
+
+def gpu_activity(trace: Trace) -> Activity:
+    """Kernels split by who launched them: inside a ``nccl:*`` call (or NCCL-named) is comm.
+
+    A one-rank NCCL all-reduce runs as a plain device copy, and a collective's
+    kernel names change between NCCL releases; the CPU span that launched them
+    says what they are. Kernels replayed from a CUDA graph are told by name.
+    """
+    owner, spans = _launching_collective(trace)
+    compute: list[Span] = []
+    comm: list[Span] = []
+    per_call: dict[int, list[Event]] = {}
+    named: list[Collective] = []
+    for e in trace.events:
+        if e.cat not in GPU_CATS:
+            continue
+        span = owner.get(e.args.get("correlation"))
+        match = NCCL_KERNEL.match(e.name) if e.cat == "kernel" else None
+        if span is not None:
+            comm.append((e.ts, e.end))
+            per_call.setdefault(id(span), [span]).append(e)
+        elif match:
+            comm.append((e.ts, e.end))
+            name = str(e.args.get("Collective name") or match.group("op"))
+            named.append(Collective(op_name(name), message_bytes(e.args), e.ts, e.dur))
+        elif e.cat == "kernel":
+            compute.append((e.ts, e.end))
+    calls = named + [_call_of(events[0], events[1:]) for events in per_call.values()]
+    # A collective that put nothing on the GPU (one rank, in place) still counts as a call.
+    calls += [Collective(op_name(e.name.split(":", 1)[1]), message_bytes(e.args), e.ts, 0.0)
+              for e in spans if id(e) not in per_call]
+    return compute, comm, sorted(calls, key=lambda c: c.ts)
+
+
+def _call_of(span: Event, launched: list[Event]) -> Collective:
+    return Collective(op_name(span.name.split(":", 1)[1]), message_bytes(span.args),
+                      min(e.ts for e in launched), sum(e.dur for e in launched))
+
+
+def _launching_collective(trace: Trace) -> tuple[dict[Any, Event], list[Event]]:
+    """(correlation id -> the ``nccl:*`` CPU span whose thread launched it then, all such spans)."""
+    spans: dict[Any, list[Event]] = {}
+    for e in trace.events:
+        if e.name.startswith("nccl:") and not e.cat.startswith("gpu_"):
+            spans.setdefault(e.tid, []).append(e)
+    for found in spans.values():
+        found.sort(key=lambda e: e.ts)
+    starts = {tid: [e.ts for e in found] for tid, found in spans.items()}
+    owner: dict[Any, Event] = {}
+    for e in trace.events:
+        if e.cat not in LAUNCH_CATS or e.tid not in spans:
+            continue
+        i = bisect.bisect_right(starts[e.tid], e.ts) - 1
+        if i >= 0 and e.ts <= spans[e.tid][i].end:
+            owner[e.args.get("correlation")] = spans[e.tid][i]
+    return owner, [e for found in spans.values() for e in found]
 
 
 def message_bytes(args: dict[str, object]) -> int:
@@ -90,20 +155,6 @@ def message_bytes(args: dict[str, object]) -> int:
         kind = types[0] if isinstance(types, list) and types else "float"
         return count * DTYPE_BYTES.get(str(kind).lower(), 4)
     return 0
-
-
-def collectives(trace: Trace) -> list[Collective]:
-    """Every collective call of the trace, in time order."""
-    found: list[Collective] = []
-    for e in trace.events:
-        if trace.has_gpu:
-            match = NCCL_KERNEL.match(e.name) if e.cat == "kernel" else None
-            if match:
-                name = str(e.args.get("Collective name") or match.group("op"))
-                found.append(Collective(op_name(name), message_bytes(e.args), e.ts, e.dur))
-        elif is_cpu_collective(e):
-            found.append(Collective(op_name(e.name.split(":", 1)[1]), message_bytes(e.args), e.ts, e.dur))
-    return sorted(found, key=lambda c: c.ts)
 
 
 def bus_factor(op: str, world_size: int) -> float:

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 TRACE_SUFFIXES = (".json", ".json.gz")
-# `VARIANT.trace-rankR.json` as cluster_kit.ddp.StepProfiler names them.
-VARIANT_FILE = re.compile(r"^(?:(?P<variant>.+)\.)?trace-rank(?P<rank>\d+)\.json(?:\.gz)?$")
+# `VARIANT.trace-rankR@HOST.json` as cluster_kit.ddp.StepProfiler names them.
+VARIANT_FILE = re.compile(r"^(?:(?P<variant>.+)\.)?trace-rank(?P<rank>\d+)(?:@(?P<host>[^@/]+))?\.json(?:\.gz)?$")
 
 
 class TraceError(ValueError):
@@ -72,7 +72,7 @@ def _trace_from_doc(doc: dict[str, Any], path: str) -> Trace:
         if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e
     ]
     return Trace(path=path, rank=int(rank), world_size=int(info.get("world_size", 1)),
-                 host=str(doc.get("host_name", "") or ""), backend=str(info.get("backend", "")),
+                 host=str(doc.get("host_name") or (match and match.group("host")) or ""), backend=str(info.get("backend", "")),
                  variant=(match.group("variant") or "") if match else "", events=events)
 
 
