@@ -370,6 +370,7 @@ VARIANT_ENV = "CLUSTERKIT_DDP_VARIANT"
 PROFILE_WAIT = 2  # DDP rebuilds its buckets after the first step: skip the first ones
 PROFILE_WARMUP = 1
 MAX_PROFILE_STEPS = 1000  # a trace of every step of a long run would fill the disk
+_RUNNING: list[Any] = []  # the StepProfiler recording now (torch allows one per thread)
 
 
 def profile_steps(environ: dict[str, str] | None = None) -> int:
@@ -438,6 +439,7 @@ class StepProfiler:
             self._started = True
             self._prof = self._make_profiler()
             self._prof.__enter__()
+            _RUNNING.append(self)
         return self
 
     def _make_profiler(self) -> Any:
@@ -473,6 +475,7 @@ class StepProfiler:
         prof, self._prof = self._prof, None
         if prof is not None:
             prof.__exit__(None, None, None)
+            _RUNNING.remove(self)
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -486,7 +489,8 @@ class _ProfiledStep:
         self._profiler = profiler
 
     def __call__(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        self._profiler.__enter__()
+        if not _RUNNING:  # a script's own StepProfiler around the loop wins
+            self._profiler.__enter__()
         loss = self._step(inputs, targets)
         self._profiler.step()
         return loss

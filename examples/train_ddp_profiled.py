@@ -73,7 +73,7 @@ def busy(ms: float, device: torch.device) -> None:
     """Compute (not sleep) for about ``ms``: a profiler sees it as the rank's own work."""
     if ms <= 0:
         return
-    a = torch.randn(128, 128, device=device)
+    a = torch.randn(256, 256, device=device)
     end = time.perf_counter() + ms / 1000
     while time.perf_counter() < end:
         a = torch.tanh(a @ a)

@@ -72,7 +72,7 @@ def _trace_from_doc(doc: dict[str, Any], path: str) -> Trace:
         if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e
     ]
     return Trace(path=path, rank=int(rank), world_size=int(info.get("world_size", 1)),
-                 host=str(doc.get("host_name") or (match and match.group("host")) or ""), backend=str(info.get("backend", "")),
+                 host=str((match and match.group("host")) or doc.get("host_name") or ""), backend=str(info.get("backend", "")),
                  variant=(match.group("variant") or "") if match else "", events=events)
 
 
