@@ -9,8 +9,9 @@ temporary folder: N ranks x the trace's steps. ``--dir`` uses a folder of traces
 as they are. Both sides then analyse that folder, each timed end to end (reading
 the files included), the median of ``--repeats`` runs:
 
-* clusterkit: ``load_folder`` + ``build_report`` (the whole per-step report) +
-  the whole-trace overlap per rank (``overall_overlap_pct``);
+* clusterkit: ``analyse_files`` (one process per rank, as ``clusterkit analyze``)
+  + ``build_report``: the whole per-step report, with each rank's whole-trace
+  overlap (``trace_overlap_pct``);
 * HTA: ``TraceAnalysis(trace_dir=...)`` + ``get_comm_comp_overlap()``.
 
 It prints both wall times, their ratio, and each rank's overall comm/comp overlap
@@ -28,9 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cluster_kit.analysis.breakdown import overall_overlap_pct
+from cluster_kit.analysis.pool import analyse_files
 from cluster_kit.analysis.report import build_report
-from cluster_kit.analysis.traces import load_folder
+from cluster_kit.analysis.traces import folder_traces
 
 
 def replicate(trace: Path, ranks: int, folder: Path) -> None:
@@ -43,10 +44,11 @@ def replicate(trace: Path, ranks: int, folder: Path) -> None:
 
 
 def run_clusterkit(folder: Path) -> tuple[float, dict[int, float], dict[str, Any]]:
+    """What `clusterkit analyze` does: every rank in its own process, then the report."""
     started = time.perf_counter()
-    traces = load_folder(folder)
-    doc, _ = build_report(traces)
-    overlap = {t.rank: overall_overlap_pct(t) for t in traces}
+    traces, done = analyse_files(folder_traces(folder))
+    doc, _ = build_report(traces, done=done)
+    overlap = {r["rank"]: r["trace_overlap_pct"] for r in doc["ranks"]}
     return time.perf_counter() - started, overlap, doc
 
 

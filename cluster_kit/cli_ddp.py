@@ -48,13 +48,13 @@ def emit(doc: dict[str, Any], results: list[Any], fmt: str, output: str | None) 
 
 
 def analysed(traces: list[Any], job_id: str | None, allreduce_rows: list[Any] | None,
-             variants: list[str] | None = None) -> tuple[dict[str, Any], list[Any]]:
+             variants: list[str] | None = None, done: Any = None) -> tuple[dict[str, Any], list[Any]]:
     """The report, with a bad trace turned into one error line."""
     from cluster_kit.analysis.report import build_report
     from cluster_kit.analysis.traces import TraceError
 
     try:
-        return build_report(traces, job_id, allreduce_rows, variants)
+        return build_report(traces, job_id, allreduce_rows, variants, done)
     except TraceError as exc:
         raise InputError(str(exc), fix="point at a folder of torch.profiler Chrome traces, one per rank") from None
 
@@ -65,16 +65,17 @@ def analysed(traces: list[Any], job_id: str | None, allreduce_rows: list[Any] | 
 @format_options
 def analyze(folder: str, allreduce_json: str | None, as_json: bool, fmt: str | None, output: str | None) -> None:
     """Where each rank's step time goes, from PyTorch profiler traces in FOLDER."""
-    from cluster_kit.analysis.traces import TraceError, load_folder
+    from cluster_kit.analysis.pool import analyse_files
+    from cluster_kit.analysis.traces import TraceError, folder_traces
     from cluster_kit.bench_ddp import read_allreduce_json
 
     fmt = pick_format(as_json, fmt)
     rows = read_allreduce_json(allreduce_json) if allreduce_json else None
     try:
-        traces = load_folder(Path(folder))
+        traces, done = analyse_files(folder_traces(Path(folder)))
     except TraceError as exc:
         raise InputError(str(exc), fix="point at a folder of torch.profiler Chrome traces, one per rank") from None
-    doc, results = analysed(traces, None, rows)
+    doc, results = analysed(traces, None, rows, done=done)
     emit(doc, results, fmt, output)
 
 

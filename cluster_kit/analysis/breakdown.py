@@ -103,9 +103,10 @@ def analyse_rank(trace: Trace) -> RankResult:
     steps = [split_step(w, compute, comm) for w in windows]
     start, end = windows[0].start, windows[-1].end
     calls = [c for c in all_calls if start <= c.ts < end]
+    extra = _extra_figures(trace, start, end, len(steps))
+    extra["trace_overlap_pct"] = _overlap_pct(compute, comm)
     return RankResult(trace.rank, trace.host, trace.world_size, steps,
-                      coll.summarise(calls, len(steps), trace.world_size),
-                      extra=_extra_figures(trace, start, end, len(steps)))
+                      coll.summarise(calls, len(steps), trace.world_size), extra=extra)
 
 
 def _extra_figures(trace: Trace, start: float, end: float, steps: int) -> dict[str, float]:
@@ -127,6 +128,9 @@ def overall_overlap_pct(trace: Trace) -> float:
     The figure Holistic Trace Analysis's comm/comp overlap reports per rank.
     """
     compute_spans, comm_spans, _calls = coll.activity(trace)
-    compute, comm = union(compute_spans), union(comm_spans)
+    return _overlap_pct(union(compute_spans), union(comm_spans))
+
+
+def _overlap_pct(compute: list[Span], comm: list[Span]) -> float:
     talk = total(comm)
     return 100 * total(intersect(comm, compute)) / talk if talk > 0 else 0.0

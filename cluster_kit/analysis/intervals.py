@@ -1,6 +1,8 @@
 """Sets of time as sorted, disjoint (start, end) pairs: union, overlap, difference."""
 from __future__ import annotations
 
+import bisect
+import math
 from collections.abc import Iterable
 
 Span = tuple[float, float]
@@ -39,8 +41,15 @@ def intersect(a: list[Span], b: list[Span]) -> list[Span]:
 
 
 def clip(spans: list[Span], start: float, end: float) -> list[Span]:
-    """The part of disjoint sorted spans inside [start, end)."""
-    return intersect(spans, [(start, end)]) if end > start else []
+    """The part of disjoint sorted spans inside [start, end); O(log n) to find them."""
+    if end <= start:
+        return []
+    first = bisect.bisect_left(spans, (start, -math.inf))
+    if first > 0 and spans[first - 1][1] > start:
+        first -= 1
+    last = bisect.bisect_left(spans, (end, -math.inf))
+    out = [(max(s, start), min(e, end)) for s, e in spans[first:last]]
+    return [(s, e) for s, e in out if e > s]
 
 
 def subtract(a: list[Span], b: list[Span]) -> list[Span]:

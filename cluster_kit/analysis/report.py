@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from cluster_kit.analysis import advice
@@ -11,15 +12,19 @@ from cluster_kit.analysis.traces import Trace, TraceError, by_variant
 BASE_VARIANTS = ("as-is", "")
 
 
-def analyse_ranks(traces: list[Trace]) -> list[RankResult]:
-    """Every rank's breakdown, by rank; a TraceError when two files claim one rank."""
+def analyse_ranks(traces: list[Trace], done: Mapping[str, RankResult] | None = None) -> list[RankResult]:
+    """Every rank's breakdown, by rank (`done`: those already analysed, by path).
+
+    A TraceError when two files claim one rank.
+    """
     seen: dict[int, str] = {}
     for t in traces:
         if t.rank in seen:
             raise TraceError(f"{t.path}: rank {t.rank} again (also in {seen[t.rank]}): "
                              "keep one trace per rank in the folder")
         seen[t.rank] = t.path
-    return [analyse_rank(t) for t in sorted(traces, key=lambda t: t.rank)]
+    done = done or {}
+    return [done[t.path] if t.path in done else analyse_rank(t) for t in sorted(traces, key=lambda t: t.rank)]
 
 
 def job_step_ms(ranks: list[dict[str, Any]]) -> float:
@@ -45,11 +50,11 @@ def attach_sweep(ranks: list[dict[str, Any]], rows: list[dict[str, Any]]) -> Non
                 c["sweep_busbw_gbps"] = row["busbw_gbps"]
 
 
-def sweep_table(groups: dict[str, list[Trace]]) -> list[dict[str, Any]]:
+def sweep_table(groups: dict[str, list[Trace]], done: Mapping[str, RankResult]) -> list[dict[str, Any]]:
     """Each variant's step time and its gain over the job as it is."""
     rows: list[dict[str, Any]] = []
     for variant, traces in groups.items():
-        ranks = [r.as_json() for r in analyse_ranks(traces)]
+        ranks = [r.as_json() for r in analyse_ranks(traces, done)]
         rows.append({"variant": variant or "as-is", "step_ms": round(job_step_ms(ranks), 3),
                      "ranks": len(ranks)})
     base = next((r["step_ms"] for r in rows if r["variant"] == "as-is"), None)
@@ -60,16 +65,24 @@ def sweep_table(groups: dict[str, list[Trace]]) -> list[dict[str, Any]]:
 
 def build_report(traces: list[Trace], job_id: str | None = None,
                  allreduce_rows: list[dict[str, Any]] | None = None,
-                 expected_variants: list[str] | None = None) -> tuple[dict[str, Any], list[RankResult]]:
-    """The report document, and the rank results behind it (for the HTML timeline)."""
+                 expected_variants: list[str] | None = None,
+                 done: Mapping[str, RankResult] | None = None) -> tuple[dict[str, Any], list[RankResult]]:
+    """The report document, and the rank results behind it (for the HTML timeline).
+
+    `done` holds results already computed (by trace path), e.g. by `analyse_files`.
+    """
     groups = by_variant(traces)
     base = next((v for v in BASE_VARIANTS if v in groups), next(iter(groups)))
-    results = analyse_ranks(groups[base])
+    done = dict(done or {})
+    for group in groups.values():  # analyse_ranks returns them sorted by rank
+        for trace, result in zip(sorted(group, key=lambda t: t.rank), analyse_ranks(group, done)):
+            done[trace.path] = result
+    results = analyse_ranks(groups[base], done)
     ranks = [r.as_json() for r in results]
     if allreduce_rows:
         attach_sweep(ranks, allreduce_rows)
     straggler = advice.find_straggler(ranks)
-    sweep = sweep_table(groups) if len(groups) > 1 or expected_variants else None
+    sweep = sweep_table(groups, done) if len(groups) > 1 or expected_variants else None
     if sweep is not None and expected_variants:
         measured = {r["variant"] for r in sweep}
         sweep += [{"variant": v, "step_ms": None, "ranks": 0, "gain_pct": None}

@@ -44,10 +44,11 @@ class Trace:
     backend: str
     variant: str
     events: list[Event] = field(default_factory=list)
+    has_gpu: bool = False  # any GPU kernel in it
 
-    @property
-    def has_gpu(self) -> bool:
-        return any(e.cat == "kernel" for e in self.events)
+    def without_events(self) -> Trace:
+        """The same trace's description, its events dropped (cheap to send between processes)."""
+        return Trace(self.path, self.rank, self.world_size, self.host, self.backend, self.variant, [], self.has_gpu)
 
 
 def parse_trace(text: str | bytes, path: str = "<trace>") -> Trace:
@@ -73,7 +74,8 @@ def _trace_from_doc(doc: dict[str, Any], path: str) -> Trace:
     ]
     return Trace(path=path, rank=int(rank), world_size=int(info.get("world_size", 1)),
                  host=str((match and match.group("host")) or doc.get("host_name") or ""), backend=str(info.get("backend", "")),
-                 variant=(match.group("variant") or "") if match else "", events=events)
+                 variant=(match.group("variant") or "") if match else "", events=events,
+                 has_gpu=any(e.cat == "kernel" for e in events))
 
 
 def load_trace(path: Path) -> Trace:
@@ -92,14 +94,19 @@ def trace_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
 
 
-def load_folder(folder: Path) -> list[Trace]:
-    """Every trace in a folder; TraceError naming the folder when there is none."""
+def folder_traces(folder: Path) -> list[Path]:
+    """The trace files of a folder; TraceError naming the folder when there is none."""
     if not folder.is_dir():
         raise TraceError(f"{folder}: no such folder")
     files = trace_files(folder)
     if not files:
         raise TraceError(f"{folder}: no PyTorch profiler traces (*.json, *.json.gz) in it")
-    return [load_trace(p) for p in files]
+    return files
+
+
+def load_folder(folder: Path) -> list[Trace]:
+    """Every trace in a folder, read in this process."""
+    return [load_trace(p) for p in folder_traces(folder)]
 
 
 def by_variant(traces: Iterable[Trace]) -> dict[str, list[Trace]]:

@@ -50,6 +50,15 @@ def test_subtract_and_intersect() -> None:
     assert intervals.total(intervals.subtract(a, b)) + intervals.total(intervals.intersect(a, b)) == 20
 
 
+def test_clip_keeps_the_parts_inside_the_window() -> None:
+    spans = [(0.0, 2.0), (3.0, 5.0), (6.0, 9.0), (10.0, 11.0)]
+    assert intervals.clip(spans, 1.0, 7.0) == [(1, 2), (3, 5), (6, 7)]
+    assert intervals.clip(spans, 5.0, 6.0) == []
+    assert intervals.clip(spans, 4.0, 4.5) == [(4, 4.5)]
+    assert intervals.clip(spans, 11.0, 20.0) == [] and intervals.clip(spans, 3.0, 3.0) == []
+    assert intervals.clip(spans, -5.0, 100.0) == spans
+
+
 def test_percentile_is_nearest_rank() -> None:
     assert percentile([float(i) for i in range(1, 11)], 90) == 9.0
     assert percentile([3.0], 90) == 3.0
@@ -135,7 +144,7 @@ def test_sweep_ranks_variants_and_names_the_best() -> None:
     for t in base:
         t.variant = "as-is"
     for t in faster:  # the same job with every event at half the time
-        t.variant = "bucket_cap_mb=100"
+        t.variant, t.path = "bucket_cap_mb=100", t.path.replace("bucket_cap_mb=1.", "bucket_cap_mb=100.")
         t.events = [e._replace(ts=e.ts / 2, dur=e.dur / 2) for e in t.events]
     doc = report.build_report(base + faster, expected_variants=["as-is", "bucket_cap_mb=100", "static_graph"])[0]
     assert [v["variant"] for v in doc["sweep"]] == ["bucket_cap_mb=100", "as-is", "static_graph"]
