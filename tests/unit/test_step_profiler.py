@@ -34,6 +34,7 @@ def test_nothing_is_recorded_when_the_variable_is_unset(tmp_path: Path, monkeypa
 
 
 def test_a_bounded_window_is_written_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # build_step's own profiler, if it started, would write here
     monkeypatch.setenv(ddp.PROFILE_STEPS_ENV, "3")
     monkeypatch.setenv("RANK", "5")
     monkeypatch.setenv("SLURMD_NODENAME", "n9")
