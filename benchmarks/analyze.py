@@ -75,6 +75,7 @@ def main() -> int:
         if args.trace:
             replicate(args.trace, args.ranks, folder)
         ours = [run_clusterkit(folder) for _ in range(args.repeats)]
+        print(f"clusterkit: {' '.join(f'{t:.2f}' for t, _, _ in ours)} s", flush=True)
         theirs = [run_hta(folder) for _ in range(args.repeats)]
     ck_s = statistics.median(t for t, _, _ in ours)
     hta_s = statistics.median(t for t, _ in theirs)
