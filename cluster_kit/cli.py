@@ -14,6 +14,7 @@ import click
 from cluster_kit import __version__
 from cluster_kit.app import App, pass_app, render_job
 from cluster_kit.cli_audit import audit
+from cluster_kit.cli_ddp import analyze, bench_ddp
 from cluster_kit.cli_init import init
 from cluster_kit.cli_jobs import bench, cancel, logs, status, submit
 from cluster_kit.cli_nodes import preflight, probe
@@ -143,7 +144,8 @@ def render(app: App, job_file: str, output: str | None) -> None:
         click.echo(script, nl=False)
 
 
-for _command in (submit, status, cancel, logs, bench, preflight, probe, audit, init):
+bench.add_command(bench_ddp)
+for _command in (submit, status, cancel, logs, bench, preflight, probe, audit, init, analyze):
     cli.add_command(_command)
 
 

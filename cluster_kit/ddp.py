@@ -703,3 +703,194 @@ def build_step(
         grad_scaler=grad_scaler,
     )
     return step
+
+
+# --- Step profiling and DDP variants (`clusterkit bench ddp`) -----------------------
+# Everything below wraps build_step and wrap_ddp from the outside, so the step and
+# the wrapper above stay as they are; the last lines of the module rebind them.
+
+PROFILE_STEPS_ENV = "CLUSTERKIT_PROFILE_STEPS"
+PROFILE_DIR_ENV = "CLUSTERKIT_PROFILE_DIR"
+VARIANT_ENV = "CLUSTERKIT_DDP_VARIANT"
+PROFILE_WAIT = 2  # DDP rebuilds its buckets after the first step: skip the first ones
+PROFILE_WARMUP = 1
+MAX_PROFILE_STEPS = 1000  # a trace of every step of a long run would fill the disk
+_RUNNING: list[Any] = []  # the StepProfiler recording now (torch allows one per thread)
+
+
+def profile_steps(environ: dict[str, str] | None = None) -> int:
+    """The number of steps to record: ``CLUSTERKIT_PROFILE_STEPS`` (0 when unset)."""
+    env = os.environ if environ is None else environ
+    text = env.get(PROFILE_STEPS_ENV, "").strip()
+    if not text:
+        return 0
+    if not text.isdigit():
+        raise ValueError(
+            f"{PROFILE_STEPS_ENV}={text!r} is not a number of steps; set it to e.g. 20"
+        )
+    return min(int(text), MAX_PROFILE_STEPS)
+
+
+def trace_file_name(environ: dict[str, str] | None = None, host: str | None = None) -> str:
+    """``trace-rank<R>@<host>.json``, the variant first when ``CLUSTERKIT_DDP_VARIANT`` is set.
+
+    The host is in the name because not every PyTorch release writes it into the trace.
+    """
+    import socket
+
+    env = os.environ if environ is None else environ
+    rank = env.get("RANK", "0")
+    node = _safe(host or env.get("SLURMD_NODENAME") or socket.gethostname())
+    variant = _safe(env.get(VARIANT_ENV, "").strip())
+    name = f"trace-rank{rank}@{node}.json"
+    return f"{variant}.{name}" if variant else name
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-=," else "_" for c in text)
+
+
+class StepProfiler:
+    """Record a bounded window of training steps with the PyTorch profiler.
+
+    ``with StepProfiler() as prof:`` around the training loop and ``prof.step()``
+    after each step. With ``CLUSTERKIT_PROFILE_STEPS=N`` it skips ``wait`` steps,
+    warms up for ``warmup``, records ``N`` and writes one Chrome trace per rank to
+    ``CLUSTERKIT_PROFILE_DIR`` (default: the working directory); unset, it records
+    nothing and costs nothing. ``path`` is the trace written (None before).
+    """
+
+    def __init__(
+        self,
+        steps: int | None = None,
+        out_dir: str | None = None,
+        wait: int = PROFILE_WAIT,
+        warmup: int = PROFILE_WARMUP,
+    ) -> None:
+        self.steps = profile_steps() if steps is None else steps
+        self.out_dir = out_dir or os.environ.get(PROFILE_DIR_ENV) or "."
+        self.wait = wait
+        self.warmup = warmup
+        self.path: str | None = None
+        self._prof: Any = None
+        self._started = False  # one window per profiler
+
+    @property
+    def enabled(self) -> bool:
+        return self.steps > 0
+
+    def __enter__(self) -> StepProfiler:  # noqa: PYI034 - typing.Self needs Python 3.11
+        if self.enabled and self._prof is None and not self._started:
+            self._started = True
+            self._prof = self._make_profiler()
+            self._prof.__enter__()
+            _RUNNING.append(self)
+        return self
+
+    def _make_profiler(self) -> Any:
+        from torch import profiler
+
+        activities = [profiler.ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(profiler.ProfilerActivity.CUDA)
+        schedule = profiler.schedule(
+            wait=self.wait, warmup=self.warmup, active=self.steps, repeat=1
+        )
+        return profiler.profile(
+            activities=activities, schedule=schedule, on_trace_ready=self._write,
+            record_shapes=True,  # collective sizes come from their input shapes
+        )
+
+    def _write(self, prof: Any) -> None:
+        os.makedirs(self.out_dir, exist_ok=True)
+        path = os.path.join(self.out_dir, trace_file_name())
+        prof.export_chrome_trace(path)
+        self.path = path
+
+    def step(self) -> None:
+        """Mark the end of one training step; stops by itself once the trace is out."""
+        if self._prof is None:
+            return
+        self._prof.step()
+        if self.path is not None:
+            self.close()
+
+    def close(self) -> None:
+        """Stop profiling (writing what a shorter run recorded)."""
+        prof, self._prof = self._prof, None
+        if prof is not None:
+            prof.__exit__(None, None, None)
+            _RUNNING.remove(self)
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _ProfiledStep:
+    """A step from build_step that feeds a StepProfiler; its attributes pass through."""
+
+    def __init__(self, step: Any, profiler: StepProfiler) -> None:
+        self._step = step
+        self._profiler = profiler
+
+    def __call__(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if not _RUNNING:  # a script's own StepProfiler around the loop wins
+            self._profiler.__enter__()
+        loss = self._step(inputs, targets)
+        self._profiler.step()
+        return loss
+
+    step = __call__
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._step, name)
+
+
+def _profiled_builder(build: Callable[..., Any]) -> Callable[..., Any]:
+    """build_step that profiles its steps by itself when CLUSTERKIT_PROFILE_STEPS is set."""
+    import atexit
+    import functools
+
+    @functools.wraps(build)
+    def build_step(*args: Any, **kwargs: Any) -> Any:
+        step = build(*args, **kwargs)
+        profiler = StepProfiler()
+        if not profiler.enabled:
+            return step
+        atexit.register(profiler.close)
+        return _ProfiledStep(step, profiler)
+
+    return build_step
+
+
+def variant_kwargs(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """DDP keyword arguments of ``CLUSTERKIT_DDP_VARIANT`` (``bench ddp --sweep``).
+
+    ``bucket_cap_mb=25``, ``gradient_as_bucket_view``, ``static_graph`` (joined with
+    ``,``); ``as-is`` and ``cuda_graphs=on|off`` change no DDP argument (the job
+    script sets ``CLUSTERKIT_CUDA_GRAPHS`` for the latter).
+    """
+    env = os.environ if environ is None else environ
+    out: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in env.get(VARIANT_ENV, "").split(","))):
+        key, _, value = part.partition("=")
+        if key == "bucket_cap_mb":
+            out[key] = float(value) if "." in value else int(value)
+        elif key in ("gradient_as_bucket_view", "static_graph"):
+            out[key] = value.lower() not in ("0", "false", "off")
+    return out
+
+
+def _with_variant(wrap: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
+    import functools
+
+    @functools.wraps(wrap)
+    def wrap_ddp(module: nn.Module, for_capture: bool | None = None, **ddp_kwargs: Any) -> nn.Module:
+        ddp_kwargs.update(variant_kwargs())
+        return wrap(module, for_capture, **ddp_kwargs)
+
+    return wrap_ddp
+
+
+build_step = _profiled_builder(build_step)  # type: ignore[assignment]
+wrap_ddp = _with_variant(wrap_ddp)  # type: ignore[assignment]

@@ -1,0 +1,189 @@
+"""Which events are communication, which computation, and what each collective moved.
+
+GPU traces: NCCL kernels by name (``ncclDevKernel_*``, older ``ncclKernel_*``) are
+communication; every other kernel is computation; memcpy and memset are neither.
+CPU-only traces (Gloo): the collectives' own spans (``gloo:all_reduce`` on Gloo's
+worker threads) are communication; the ATen/autograd ops are computation.
+"""
+from __future__ import annotations
+
+import bisect
+import re
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from cluster_kit.analysis.intervals import Span
+from cluster_kit.analysis.traces import Event, Trace
+
+NCCL_KERNEL = re.compile(r"^(?:void\s+)?nccl(?:Dev)?Kernel_(?P<op>[A-Za-z]+)")
+CPU_COLLECTIVE_PREFIXES = ("gloo:",)
+# Ops on the CPU that launch or wait for collectives: neither compute nor comm.
+NOT_COMPUTE_PREFIXES = ("c10d::", "gloo:", "nccl:", "record_param_comms", "ProfilerStep#")
+OP_NAMES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
+            "broadcast": "broadcast", "reduce": "reduce", "sendrecv": "send_recv",
+            "alltoall": "all_to_all", "send": "send", "recv": "recv"}
+DTYPE_BYTES = {"float": 4, "float32": 4, "f32": 4, "double": 8, "float64": 8, "f64": 8,
+               "half": 2, "float16": 2, "f16": 2, "bfloat16": 2, "c10::bfloat16": 2,
+               "bf16": 2, "c10::half": 2, "int": 4, "int32": 4, "long int": 8, "int64": 8,
+               "long": 8, "signed char": 1, "unsigned char": 1, "int8": 1, "uint8": 1,
+               "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective call: its op, payload bytes (0 when unknown) and span."""
+
+    op: str
+    bytes: int
+    ts: float
+    dur: float
+
+
+def op_name(text: str) -> str:
+    """``AllReduce`` / ``all_reduce`` / ``allreduce`` -> ``all_reduce``."""
+    key = text.replace("_", "").lower()
+    return OP_NAMES.get(key, text.lower())
+
+
+def is_comm_kernel(event: Event) -> bool:
+    return event.cat == "kernel" and NCCL_KERNEL.match(event.name) is not None
+
+
+def is_cpu_collective(event: Event) -> bool:
+    return event.name.startswith(CPU_COLLECTIVE_PREFIXES)
+
+
+def is_cpu_compute(event: Event) -> bool:
+    return event.cat == "cpu_op" and not event.name.startswith(NOT_COMPUTE_PREFIXES)
+
+
+Activity = tuple[list[Span], list[Span], list[Collective]]
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
+
+
+def activity(trace: Trace) -> Activity:
+    """(compute spans, communication spans, collective calls) of a trace, spans unmerged."""
+    return gpu_activity(trace) if trace.has_gpu else cpu_activity(trace)
+
+
+def cpu_activity(trace: Trace) -> Activity:
+    compute: list[Span] = []
+    comm: list[Span] = []
+    calls: list[Collective] = []
+    for e in trace.events:
+        if is_cpu_collective(e):
+            comm.append((e.ts, e.end))
+            calls.append(Collective(op_name(e.name.split(":", 1)[1]), message_bytes(e.args), e.ts, e.dur))
+        elif is_cpu_compute(e):
+            compute.append((e.ts, e.end))
+    return compute, comm, sorted(calls, key=lambda c: c.ts)
+
+
+def gpu_activity(trace: Trace) -> Activity:
+    """Kernels split by who launched them: inside a ``nccl:*`` call (or NCCL-named) is comm.
+
+    A one-rank NCCL all-reduce runs as a plain device copy, and a collective's
+    kernel names change between NCCL releases; the CPU span that launched them
+    says what they are. Kernels replayed from a CUDA graph are told by name.
+    """
+    owner, spans = _launching_collective(trace)
+    compute: list[Span] = []
+    comm: list[Span] = []
+    per_call: dict[int, list[Event]] = {}
+    named: list[Collective] = []
+    for e in trace.events:
+        if e.cat not in GPU_CATS:
+            continue
+        span = owner.get(e.args.get("correlation"))
+        match = NCCL_KERNEL.match(e.name) if e.cat == "kernel" else None
+        if span is not None:
+            comm.append((e.ts, e.end))
+            per_call.setdefault(id(span), [span]).append(e)
+        elif match:
+            comm.append((e.ts, e.end))
+            name = str(e.args.get("Collective name") or match.group("op"))
+            named.append(Collective(op_name(name), message_bytes(e.args), e.ts, e.dur))
+        elif e.cat == "kernel":
+            compute.append((e.ts, e.end))
+    calls = named + [_call_of(events[0], events[1:]) for events in per_call.values()]
+    # A collective that put nothing on the GPU (one rank, in place) still counts as a call.
+    calls += [Collective(op_name(e.name.split(":", 1)[1]), message_bytes(e.args), e.ts, 0.0)
+              for e in spans if id(e) not in per_call]
+    return compute, comm, sorted(calls, key=lambda c: c.ts)
+
+
+def _call_of(span: Event, launched: list[Event]) -> Collective:
+    return Collective(op_name(span.name.split(":", 1)[1]), message_bytes(span.args),
+                      min(e.ts for e in launched), sum(e.dur for e in launched))
+
+
+def _launching_collective(trace: Trace) -> tuple[dict[Any, Event], list[Event]]:
+    """(correlation id -> the ``nccl:*`` CPU span whose thread launched it then, all such spans)."""
+    spans: dict[Any, list[Event]] = {}
+    for e in trace.events:
+        if e.name.startswith("nccl:") and not e.cat.startswith("gpu_"):
+            spans.setdefault(e.tid, []).append(e)
+    for found in spans.values():
+        found.sort(key=lambda e: e.ts)
+    starts = {tid: [e.ts for e in found] for tid, found in spans.items()}
+    owner: dict[Any, Event] = {}
+    for e in trace.events:
+        if e.cat not in LAUNCH_CATS or e.tid not in spans:
+            continue
+        i = bisect.bisect_right(starts[e.tid], e.ts) - 1
+        if i >= 0 and e.ts <= spans[e.tid][i].end:
+            owner[e.args.get("correlation")] = spans[e.tid][i]
+    return owner, [e for found in spans.values() for e in found]
+
+
+def message_bytes(args: dict[str, object]) -> int:
+    """Payload of a collective from its event's args (input shapes, or NCCL's counts)."""
+    nelems = args.get("In msg nelems")
+    dtype = str(args.get("dtype") or args.get("Input type", [""]) or "")
+    if isinstance(nelems, (int, float)) and nelems:
+        return int(nelems) * DTYPE_BYTES.get(dtype.lower(), 4)
+    dims = args.get("Input Dims")
+    types = args.get("Input type")
+    if isinstance(dims, list) and dims and isinstance(dims[0], list):
+        count = 1
+        for d in dims[0]:
+            if not isinstance(d, int):
+                return 0
+            count *= d
+        kind = types[0] if isinstance(types, list) and types else "float"
+        return count * DTYPE_BYTES.get(str(kind).lower(), 4)
+    return 0
+
+
+def bus_factor(op: str, world_size: int) -> float:
+    """nccl-tests' busbw factor: what each rank's link carries per payload byte."""
+    n = max(world_size, 1)
+    if n == 1:
+        return 1.0
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+def busbw_gbps(op: str, nbytes: int, seconds: float, world_size: int) -> float:
+    """Bus bandwidth in GB/s of one call of `nbytes` taking `seconds`."""
+    if seconds <= 0 or nbytes <= 0:
+        return 0.0
+    return nbytes / seconds / 1e9 * bus_factor(op, world_size)
+
+
+def summarise(calls: list[Collective], steps: int, world_size: int) -> list[dict[str, object]]:
+    """Per (op, bytes): calls per step, median ms per call and its busbw, largest first."""
+    groups: dict[tuple[str, int], list[float]] = {}
+    for call in calls:
+        groups.setdefault((call.op, call.bytes), []).append(call.dur)
+    rows = []
+    for (op, nbytes), durations in groups.items():
+        ms = statistics.median(durations) / 1e3
+        rows.append({"op": op, "bytes": nbytes, "count": round(len(durations) / max(steps, 1), 2),
+                     "ms": round(ms, 3), "busbw_gbps": round(busbw_gbps(op, nbytes, ms / 1e3, world_size), 3)})
+    return sorted(rows, key=lambda r: (-int(r["bytes"]), str(r["op"])))  # type: ignore[call-overload]

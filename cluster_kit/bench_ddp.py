@@ -1,0 +1,97 @@
+"""`clusterkit bench ddp`: the user's job with step profiling on, and its traces back.
+
+The job runs as the user wrote it, with ``CLUSTERKIT_PROFILE_STEPS`` and
+``CLUSTERKIT_PROFILE_DIR`` exported: a trainer that uses cluster_kit.ddp
+(``build_step`` or ``StepProfiler``) writes one trace per rank into a fresh folder
+beside the job's output. With ``--sweep`` the launch runs once per DDP variant
+(``CLUSTERKIT_DDP_VARIANT``), each variant's traces named after it.
+"""
+from __future__ import annotations
+
+import json
+import posixpath
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from cluster_kit.errors import CheckFailed, InputError
+
+DEFAULT_STEPS = 20
+BUCKET_SIZES_MB = (1, 5, 25, 100)
+READ_TIMEOUT_S = 120.0
+
+
+def sweep_variants(cuda_graphs: bool) -> list[str]:
+    """The DDP variants of ``--sweep``, the job as it is first."""
+    return (["as-is"] + [f"bucket_cap_mb={mb}" for mb in BUCKET_SIZES_MB]
+            + ["gradient_as_bucket_view", "static_graph", "cuda_graphs=off" if cuda_graphs else "cuda_graphs=on"])
+
+
+def choose_variants(cuda_graphs: bool, picked: tuple[str, ...]) -> list[str]:
+    """``--variant`` choices (``as-is`` always first), else the whole sweep."""
+    known = sweep_variants(cuda_graphs) + ["cuda_graphs=on", "cuda_graphs=off"]
+    unknown = [v for v in picked if v not in known]
+    if unknown:
+        raise InputError(f"--variant {unknown[0]!r} is not a DDP variant of the sweep",
+                         fix="use one of: " + ", ".join(dict.fromkeys(known)))
+    return ["as-is"] + [v for v in dict.fromkeys(picked) if v != "as-is"] if picked else sweep_variants(cuda_graphs)
+
+
+def profile_dir(output_dir: str | None, workdir: str | None, now: float | None = None) -> str:
+    """A fresh folder for this run's traces, beside the job's output."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
+    base = output_dir or workdir or "."
+    return posixpath.join(base, f"clusterkit-ddp-{stamp}-{secrets.token_hex(3)}")
+
+
+def profiled_settings(settings: dict[str, Any], steps: int, trace_dir: str) -> dict[str, Any]:
+    """The job's settings with step profiling exported to every rank."""
+    if steps < 1:
+        raise InputError(f"--steps {steps}: profile at least 1 step", fix="use e.g. --steps 20")
+    environment = dict(settings["environment"])
+    environment["env"] = {**environment["env"], "CLUSTERKIT_PROFILE_STEPS": str(steps),
+                          "CLUSTERKIT_PROFILE_DIR": trace_dir}
+    return {**settings, "environment": environment}
+
+
+def read_allreduce_json(path: str) -> list[dict[str, Any]]:
+    """The rows of a saved ``bench allreduce --json`` document."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise InputError(f"--allreduce-json {path}: cannot read it: {exc.strerror}",
+                         fix="save one with: clusterkit bench allreduce JOB.yaml --json > FILE") from None
+    except ValueError as exc:
+        raise InputError(f"--allreduce-json {path}: not JSON ({exc})",
+                         fix="save one with: clusterkit bench allreduce JOB.yaml --json > FILE") from None
+    rows = doc.get("rows") if isinstance(doc, dict) else None
+    if not isinstance(rows, list):
+        raise InputError(f"--allreduce-json {path}: no \"rows\" list: not a bench allreduce result",
+                         fix="save one with: clusterkit bench allreduce JOB.yaml --json > FILE")
+    return [r for r in rows if isinstance(r, dict)]
+
+
+def fetch_traces(runner: Any, trace_dir: str, job_id: str) -> list[Any]:
+    """Every trace the job wrote (read through the runner: here or on the login host)."""
+    from cluster_kit.analysis.traces import TraceError, parse_trace
+
+    listing = runner.run(["find", trace_dir, "-maxdepth", "1", "-name", "*.json", "-type", "f"],
+                         timeout=READ_TIMEOUT_S)
+    files = sorted(line for line in listing.stdout.splitlines() if line.strip())
+    if not files:
+        raise CheckFailed(f"job {job_id} wrote no profiler traces into {trace_dir}",
+                          fix="profile the training loop: use cluster_kit.ddp.build_step, or wrap it "
+                              "in `with cluster_kit.ddp.StepProfiler() as prof:` with prof.step() after "
+                              f"each step; read the job's log: clusterkit logs {job_id}")
+    traces = []
+    for path in files:
+        done = runner.run(["cat", path], timeout=READ_TIMEOUT_S)
+        if done.returncode != 0:
+            raise CheckFailed(f"cannot read {path} {runner.where}: {done.stderr.strip()}",
+                              fix="check that the job's output folder is readable there")
+        try:
+            traces.append(parse_trace(done.stdout, path))
+        except TraceError as exc:
+            raise CheckFailed(str(exc), fix=f"read the job's log: clusterkit logs {job_id}") from None
+    return traces

@@ -1,0 +1,121 @@
+"""A DDP trainer profiled with cluster_kit.ddp.StepProfiler (for `clusterkit bench ddp`).
+
+    python examples/train_ddp_profiled.py [--steps N] [--width W] [--depth D]
+        [--slow-rank R --slow-ms MS] [--build-step]
+
+Started once per rank (srun or torchrun, env:// variables), Gloo on CPU and NCCL
+on GPUs. With CLUSTERKIT_PROFILE_STEPS=N set (bench ddp sets it) each rank writes
+a PyTorch profiler trace of N steps; unset, it just trains. ``--slow-rank`` makes
+one rank compute ``--slow-ms`` longer per step (extra matmuls), the straggler a
+report should name. ``--build-step`` uses cluster_kit.ddp.build_step, which
+profiles by itself, instead of the explicit StepProfiler loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+def load_ddp_helper() -> Any:
+    """cluster_kit.ddp: installed, or from the checkout this example lives in."""
+    try:
+        from cluster_kit import ddp
+    except ImportError:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from cluster_kit import ddp
+    return ddp
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=30, help="training steps")
+    parser.add_argument("--width", type=int, default=256, help="hidden layer width")
+    parser.add_argument("--depth", type=int, default=4, help="hidden layers")
+    parser.add_argument("--batch", type=int, default=64, help="batch size per rank")
+    parser.add_argument("--slow-rank", type=int, default=-1, help="rank that computes longer")
+    parser.add_argument("--slow-ms", type=float, default=0.0, help="extra compute per step there")
+    parser.add_argument("--build-step", action="store_true", help="profile through build_step")
+    return parser.parse_args()
+
+
+def setup(ddp: Any) -> torch.device:
+    ddp.prepare_process_group_env()  # CUDA graphs need NCCL's async error handling off
+    if torch.cuda.is_available():
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local_rank)
+        backend, device = "nccl", torch.device("cuda", local_rank)
+    else:
+        backend, device = "gloo", torch.device("cpu")
+    dist.init_process_group(backend, init_method="env://", timeout=timedelta(minutes=5))
+    return device
+
+
+def build_model(args: argparse.Namespace, device: torch.device) -> nn.Module:
+    torch.manual_seed(0)
+    layers: list[nn.Module] = [nn.Linear(64, args.width), nn.ReLU()]
+    for _ in range(args.depth - 1):
+        layers += [nn.Linear(args.width, args.width), nn.ReLU()]
+    layers.append(nn.Linear(args.width, 1))
+    return nn.Sequential(*layers).to(device)
+
+
+def busy(ms: float, device: torch.device) -> None:
+    """Compute (not sleep) for about ``ms``: a profiler sees it as the rank's own work."""
+    if ms <= 0:
+        return
+    a = torch.randn(256, 256, device=device)
+    end = time.perf_counter() + ms / 1000
+    while time.perf_counter() < end:
+        a = torch.tanh(a @ a)
+
+
+def main() -> int:
+    args = parse_args()
+    ddp = load_ddp_helper()
+    device = setup(ddp)
+    model = ddp.wrap_ddp(build_model(args, device))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loss_fn = nn.MSELoss()
+    generator = torch.Generator().manual_seed(1000 + dist.get_rank())
+    extra = args.slow_ms if dist.get_rank() == args.slow_rank else 0.0
+
+    def batch() -> tuple[torch.Tensor, torch.Tensor]:
+        inputs = torch.randn(args.batch, 64, generator=generator).to(device)
+        return inputs, inputs.sum(dim=1, keepdim=True)
+
+    def eager(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        optimizer.zero_grad(set_to_none=True)
+        busy(extra, device)
+        loss = loss_fn(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    if args.build_step:
+        step = ddp.build_step(model, optimizer, loss_fn, batch())
+        for _ in range(args.steps):
+            busy(extra, device)
+            loss = step(*batch())
+    else:
+        with ddp.StepProfiler() as prof:
+            for _ in range(args.steps):
+                loss = eager(*batch())
+                prof.step()
+    if dist.get_rank() == 0:
+        sys.stdout.write(f"rank=0 steps={args.steps} loss={float(loss):.4f} ok\n")
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
