@@ -26,6 +26,7 @@ from typing import Any
 
 import jinja2
 
+from cluster_kit import container
 from cluster_kit.errors import InputError
 from cluster_kit.schema import ENV_NAME_RE, gpu_count
 
@@ -276,6 +277,38 @@ def step_cpus_per_task(settings: Mapping[str, Any]) -> int | None:
 
 
 # ---------------------------------------------------------------------------
+# Containers
+
+# Inside an image the probe needs the image's own python3; without one, say so.
+_NEEDS_PYTHON3 = (
+    'command -v python3 >/dev/null 2>&1 || { echo "clusterkit: node $(hostname): the container '
+    'image has no python3, which the in-job preflight runs the probe with; add it to the image '
+    '(e.g. apt-get install -y python3-minimal) or set preflight: false" >&2; exit 1; }; '
+)
+
+
+def container_context(settings: Mapping[str, Any], nccl_env: Mapping[str, str]) -> dict[str, Any]:
+    """The template's `container`: shell text to splice into srun lines ("" without one).
+
+    `srun`: the pyxis flags, with a leading space; `exec`: Apptainer's `apptainer
+    exec ... IMAGE ` prefix; `probe_guard`: the python3 test before the probe;
+    `env_names`: the exported names the container must take from the host.
+    """
+    launch = container.launch(settings, nccl_env)
+    if launch is None:
+        return {"runtime": None, "image": None, "srun": "", "exec": "", "probe_guard": "",
+                "env_names": []}
+    return {
+        "runtime": launch["runtime"],
+        "image": launch["image"],
+        "srun": "".join(" " + shq(flag) for flag in launch["srun_flags"]),
+        "exec": "".join(shq(word) + " " for word in launch["exec"]),
+        "probe_guard": _NEEDS_PYTHON3,
+        "env_names": launch["env_names"],
+    }
+
+
+# ---------------------------------------------------------------------------
 # Preflight heredocs
 
 
@@ -353,10 +386,12 @@ def build_context(
         )
     environment = settings.get("environment") or {}
     master_port = settings.get("master_port")
+    nccl_env = nccl_environment(settings.get("network") or {})
     return {
         "settings": settings,
         "directives": sbatch_directives(settings),
-        "nccl_env": nccl_environment(settings.get("network") or {}),
+        "nccl_env": nccl_env,
+        "container": container_context(settings, nccl_env),
         "launch": {
             "ntasks_per_node": tasks_per_node(settings),
             "nproc_per_node": procs_per_node(settings),

@@ -361,6 +361,59 @@ def arg() -> Check:
     return env_value()
 
 
+# --------------------------------------------------------------------------- containers
+
+CONTAINER_RUNTIMES = ("pyxis", "apptainer")
+MOUNT_FLAGS = ("ro", "rw")
+
+
+def container_image() -> Check:
+    """A pyxis image (`[USER@][REGISTRY#]IMAGE[:TAG]` or a path) or an Apptainer image."""
+    def check(value: Any) -> str | None:
+        problem = text()(value)
+        if problem:
+            return problem
+        bad = sorted({ch for ch in value if ch.isspace() or ch == ","})
+        if bad:
+            shown = ", ".join(repr(ch) for ch in bad)
+            return (f"{value!r} contains {shown}; an image is one word: a .sqsh/.sif path "
+                    "or [USER@][REGISTRY#]IMAGE[:TAG]")
+        return None
+    return check
+
+
+def absolute_path() -> Check:
+    """A path inside the container: absolute, no comma (pyxis separates lists with commas)."""
+    def check(value: Any) -> str | None:
+        problem = text()(value)
+        if problem:
+            return problem
+        if not value.startswith("/"):
+            return f"{value!r} is not an absolute path; write it from / (e.g. /workspace)"
+        if "," in value or any(ch.isspace() for ch in value):
+            return f"{value!r} contains a comma or a space, which srun's container flags cannot carry"
+        return None
+    return check
+
+
+def container_mount() -> Check:
+    """`SRC:DST[:ro|rw]` with absolute paths."""
+    def check(value: Any) -> str | None:
+        problem = text()(value)
+        if problem:
+            return problem
+        parts = value.split(":")
+        if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in MOUNT_FLAGS):
+            return (f"{value!r} is not SRC:DST or SRC:DST:ro (e.g. /scratch:/scratch:ro); "
+                    f"flags: {', '.join(MOUNT_FLAGS)}")
+        for part in parts[:2]:
+            problem = absolute_path()(part)
+            if problem:
+                return problem
+        return None
+    return check
+
+
 # --------------------------------------------------------------------------- NCCL names
 
 def _words(text: str) -> frozenset[str]:
@@ -602,6 +655,17 @@ PROFILE = Section({
     "expect": EXPECT,
 })
 
+CONTAINER = Section({
+    "image": Field(container_image()),
+    "runtime": Field(one_of(*CONTAINER_RUNTIMES), "pyxis"),
+    "mounts": ListOf(Field(container_mount())),
+    "workdir": Field(absolute_path()),
+    "writable": Field(boolean(), False),
+    "mount_home": Field(boolean(), False),
+    "env": ListOf(Field(env_name())),
+}, present=False)
+CONTAINER_REQUIRED = ("image",)
+
 JOB_NCCL = Section({**NETWORK_FIELDS, "debug": Field(one_of("VERSION", "WARN", "INFO", "TRACE", ignore_case=True))},
                    fill=False)
 
@@ -623,6 +687,7 @@ JOB = Section({
     "template": _str("ddp"),
     "master_port": Field(integer(1024, 65535)),
     "slurm": SLURM,
+    "container": CONTAINER,
 })
 
 JOB_REQUIRED = ("profile", "script")
