@@ -281,9 +281,10 @@ def step_cpus_per_task(settings: Mapping[str, Any]) -> int | None:
 
 # Inside an image the probe needs the image's own python3; without one, say so.
 _NEEDS_PYTHON3 = (
-    'command -v python3 >/dev/null 2>&1 || { echo "clusterkit: node $(hostname): the container '
-    'image has no python3, which the in-job preflight runs the probe with; add it to the image '
-    '(e.g. apt-get install -y python3-minimal) or set preflight: false" >&2; exit 1; }; '
+    'python3 -c "import json, ctypes, resource" 2>/dev/null || { echo "clusterkit: node $(hostname): '
+    'the container image has no python3 with its standard library, which the in-job preflight runs '
+    'the probe with; add it to the image (e.g. apt-get install -y python3) or set preflight: false" '
+    '>&2; exit 1; }; '
 )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from cluster_kit.checks import gpu, nccl, net, rdma, system
+from cluster_kit.checks import container, gpu, nccl, net, rdma, system
 from cluster_kit.checks.findings import Finding, worst
 
 __all__ = ["Finding", "evaluate", "node_status"]
@@ -23,13 +23,15 @@ def evaluate(facts: Mapping[str, Any], profile_data: Mapping[str, Any], deep: bo
     `network`, `expect` and `environment` mappings are read. `deep` adds
     nccl.torch (the probe ran with --deep).
     """
-    return [
+    findings = [
         *gpu.check(facts, profile_data),
         *nccl.check(facts, profile_data, deep),
         *rdma.check(facts, profile_data),
         *net.check(facts, profile_data),
         *system.check(facts, profile_data),
+        *container.check(facts, profile_data),
     ]
+    return [container.inside(finding, profile_data) for finding in findings]
 
 
 def node_status(findings: Iterable[Finding]) -> str:
