@@ -498,7 +498,16 @@ def _cross_check_job(job: Mapping[str, Any], profile: Profile | None) -> list[sc
                    "torchrun agents per node; torchrun runs one task per node, so remove it "
                    "or use launcher: srun")
         return [(("slurm", "ntasks_per_node"), message)]
-    return []
+    return _check_container(job.get("container"))
+
+
+def _check_container(container: Any) -> list[schema.Problem]:
+    """`container:` without an image runs nothing in a container: refuse it."""
+    if not isinstance(container, dict):
+        return []
+    return [(("container",), (f"container: missing required key '{key}'; name the image, e.g. "
+                              "`image: /shared/images/pytorch.sqsh` or `image: nvcr.io#nvidia/pytorch:24.05-py3`"))
+            for key in schema.CONTAINER_REQUIRED if key not in container]
 
 
 # --------------------------------------------------------------------------- effective settings
@@ -535,6 +544,7 @@ def effective(job: Job) -> dict[str, Any]:
         "network": _effective_network(p["network"], j["nccl"]),
         "environment": _effective_environment(p["environment"], j["env"]),
         "expect": dict(p["expect"]),
+        "container": j.get("container"),
     }
 
 

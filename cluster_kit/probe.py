@@ -357,6 +357,11 @@ def python_site_dirs(python: str) -> List[str]:
 
 def ldconfig_nccl_paths() -> List[str]:
     """libnccl paths of the dynamic linker's cache (`ldconfig -p`)."""
+    return ldconfig_paths("libnccl.so")
+
+
+def ldconfig_paths(library: str) -> List[str]:
+    """Paths of the dynamic linker's cache (`ldconfig -p`) whose name holds `library`."""
     for ldconfig in ("ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"):
         exe = shutil.which(ldconfig) or (ldconfig if os.path.isfile(ldconfig) else None)
         if exe is None:
@@ -366,7 +371,7 @@ def ldconfig_nccl_paths() -> List[str]:
         except (OSError, CommandTimeout):
             continue
         return [line.split("=>", 1)[1].strip() for line in out.splitlines()
-                if "libnccl.so" in line and "=>" in line]
+                if library in line and "=>" in line]
     return []
 
 
@@ -633,6 +638,21 @@ def limit_kib(value: int) -> str:
     return "unlimited" if value == resource.RLIM_INFINITY else str(value // 1024)
 
 
+def probe_verbs() -> Facts:
+    """What NCCL's IB/RoCE transport needs in this (possibly container's) view.
+
+    libibverbs (the loader's cache, then the system dirs) and the /dev/infiniband
+    device files; without either NCCL quietly falls back to sockets.
+    """
+    found = [(p, "ldconfig") for p in ldconfig_paths("libibverbs.so")]
+    found += [(os.path.join(d, "libibverbs.so.1"), "system") for d in NCCL_SYSTEM_DIRS]
+    devices = host_path("/dev/infiniband")
+    return {
+        "libibverbs": [path for path, _source in dedupe_existing(found)],
+        "dev_infiniband": list_dir(devices) if os.path.isdir(devices) else None,
+    }
+
+
 def probe_memlock() -> Facts:
     """RLIMIT_MEMLOCK of this session (what RDMA can pin), soft and hard."""
     soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
@@ -718,6 +738,7 @@ def collect(deep_python: Optional[str] = None, env_python: Optional[str] = None)
         "route": guarded(probe_route),
         "peermem": guarded(probe_peermem),
         "memlock": guarded(probe_memlock),
+        "verbs": guarded(probe_verbs),
         "iommu": guarded(probe_iommu),
         "torch": guarded(probe_torch, deep_python),
     }

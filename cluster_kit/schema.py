@@ -418,6 +418,11 @@ def env_name() -> Check:
     return Rule(check, {"pattern": "^" + ENV_NAME_RE.pattern + "$"})
 
 
+def variable_name() -> Check:
+    """A shell variable name as a value (a list item), not as a mapping key."""
+    return Rule(env_name(), {"type": "string", "pattern": "^" + ENV_NAME_RE.pattern + "$"})
+
+
 def env_value() -> Check:
     """An environment value: a string or a number (booleans are ambiguous)."""
     def check(value: Any) -> str | None:
@@ -433,6 +438,59 @@ def env_value() -> Check:
 def arg() -> Check:
     """A command-line argument: string or number."""
     return env_value()
+
+
+# --------------------------------------------------------------------------- containers
+
+CONTAINER_RUNTIMES = ("pyxis", "apptainer")
+MOUNT_FLAGS = ("ro", "rw")
+
+
+def container_image() -> Check:
+    """A pyxis image (`[USER@][REGISTRY#]IMAGE[:TAG]` or a path) or an Apptainer image."""
+    def check(value: Any) -> str | None:
+        problem = text()(value)
+        if problem:
+            return problem
+        bad = sorted({ch for ch in value if ch.isspace() or ch == ","})
+        if bad:
+            shown = ", ".join(repr(ch) for ch in bad)
+            return (f"{_quoted(value)} contains {shown}; an image is one word: a .sqsh/.sif path "
+                    "or [USER@][REGISTRY#]IMAGE[:TAG]")
+        return None
+    return Rule(check, {"type": "string", "pattern": r"^[^\s,]+$"})
+
+
+def absolute_path() -> Check:
+    """A path inside the container: absolute, no comma (pyxis separates lists with commas)."""
+    def check(value: Any) -> str | None:
+        problem = text()(value)
+        if problem:
+            return problem
+        if not value.startswith("/"):
+            return f"{_quoted(value)} is not an absolute path; write it from / (e.g. /workspace)"
+        if "," in value or any(ch.isspace() for ch in value):
+            return f"{_quoted(value)} contains a comma or a space, which srun's container flags cannot carry"
+        return None
+    return Rule(check, {"type": "string", "pattern": r"^/[^\s,]*$"})
+
+
+def container_mount() -> Check:
+    """`SRC:DST[:ro|rw]` with absolute paths."""
+    def check(value: Any) -> str | None:
+        problem = text()(value)
+        if problem:
+            return problem
+        parts = value.split(":")
+        if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in MOUNT_FLAGS):
+            return (f"{_quoted(value)} is not SRC:DST or SRC:DST:ro (e.g. /scratch:/scratch:ro); "
+                    f"flags: {', '.join(MOUNT_FLAGS)}")
+        for part in parts[:2]:
+            problem = absolute_path()(part)
+            if problem:
+                return problem
+        return None
+    return Rule(check, {"type": "string", "pattern": r"^/[^\s,:]*:/[^\s,:]*(:(ro|rw))?$"})
 
 
 # --------------------------------------------------------------------------- NCCL names
@@ -697,6 +755,17 @@ PROFILE = Section({
     "expect": EXPECT,
 })
 
+CONTAINER = Section({
+    "image": Field(container_image()),
+    "runtime": Field(one_of(*CONTAINER_RUNTIMES), "pyxis"),
+    "mounts": ListOf(Field(container_mount())),
+    "workdir": Field(absolute_path()),
+    "writable": Field(boolean(), False),
+    "mount_home": Field(boolean(), False),
+    "env": ListOf(Field(variable_name())),
+}, present=False)
+CONTAINER_REQUIRED = ("image",)
+
 JOB_NCCL = Section({**NETWORK_FIELDS, "debug": Field(one_of("VERSION", "WARN", "INFO", "TRACE", ignore_case=True))},
                    fill=False)
 
@@ -718,6 +787,7 @@ JOB = Section({
     "template": _str("ddp"),
     "master_port": Field(integer(1024, 65535)),
     "slurm": SLURM,
+    "container": CONTAINER,
 })
 
 JOB_REQUIRED = ("profile", "script")
@@ -897,6 +967,14 @@ DESCRIPTIONS: dict[str, str] = {
     "expect.peermem": "nvidia_peermem or nv_peer_mem must be loaded (rdma.peermem).",
     "expect.memlock": "Lowest RLIMIT_MEMLOCK: unlimited or a size such as 8M, 64G; a bare number is KiB (sys.memlock).",
     "expect.allreduce_busbw_gbps": "`bench allreduce` fails below this bus bandwidth (GB/s, large messages).",
+    "job.container": "Run every srun step of the job inside this image (pyxis/enroot or Apptainer).",
+    "job.container.image": "A .sqsh/.sif path on the nodes, or [USER@][REGISTRY#]IMAGE[:TAG] for pyxis.",
+    "job.container.runtime": "pyxis (srun --container-image, the default) or apptainer (apptainer exec in each task).",
+    "job.container.mounts": "SRC:DST or SRC:DST:ro bind mounts, absolute paths.",
+    "job.container.workdir": "The working directory inside the container (absolute).",
+    "job.container.writable": "A writable container filesystem (pyxis --container-writable, Apptainer --writable-tmpfs).",
+    "job.container.mount_home": "Mount the user's home directory into the container (default false).",
+    "job.container.env": "More variables whose host value must win over the image's (every clusterkit export already does).",
     "expect.xid_window": "gpu.xid looks at Xid events this recent: seconds or 30m, 24h, 7d (default 24h, at most 7d).",
     "expect.ib_error_thresholds": "rdma.port_errors: per-port counter values that fail a port (defaults in the README).",
     **{f"expect.ib_error_thresholds.{name}": f"Fail a port whose {name} counter reaches this (rdma.port_errors)."

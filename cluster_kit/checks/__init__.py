@@ -11,7 +11,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from cluster_kit.checks import gpu, gpu_health, nccl, net, rdma, rdma_errors, system
+from cluster_kit.checks import (
+    container,
+    gpu,
+    gpu_health,
+    nccl,
+    net,
+    rdma,
+    rdma_errors,
+    system,
+)
 from cluster_kit.checks.findings import Finding, worst
 
 __all__ = ["Finding", "evaluate", "node_status"]
@@ -24,7 +33,7 @@ def evaluate(facts: Mapping[str, Any], profile_data: Mapping[str, Any], deep: bo
     `network`, `expect` and `environment` mappings are read. `deep` adds
     nccl.torch (the probe ran with --deep).
     """
-    return [
+    findings = [
         *gpu.check(facts, profile_data),
         *gpu_health.check(facts, profile_data),
         *nccl.check(facts, profile_data, deep),
@@ -32,7 +41,9 @@ def evaluate(facts: Mapping[str, Any], profile_data: Mapping[str, Any], deep: bo
         *rdma_errors.check(facts, profile_data),
         *net.check(facts, profile_data),
         *system.check(facts, profile_data),
+        *container.check(facts, profile_data),
     ]
+    return [container.inside(finding, profile_data) for finding in findings]
 
 
 def node_status(findings: Iterable[Finding]) -> str:

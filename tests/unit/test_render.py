@@ -809,3 +809,59 @@ def test_rendered_script_ends_with_one_newline() -> None:
         text = render(settings)
         assert text.endswith("\n") and not text.endswith("\n\n")
         assert re.match(r"#!/bin/bash\n#SBATCH ", text)
+
+
+# ---------------------------------------------------------------------------
+# Containers (job key `container:`)
+
+PYXIS = {"image": "nvcr.io#nvidia/pytorch:24.05-py3", "runtime": "pyxis",
+         "mounts": ["/scratch:/scratch", "/datasets:/data:ro"], "workdir": "/scratch/alice/run1",
+         "writable": False, "mount_home": False, "env": ["WANDB_API_KEY"]}
+APPTAINER = {"image": "/shared/images/pytorch.sif", "runtime": "apptainer",
+             "mounts": ["/scratch:/scratch"], "workdir": None, "writable": True,
+             "mount_home": False, "env": []}
+CONTAINER_CASES: dict[str, dict[str, Any]] = {
+    "pyxis-srun-ib": make_settings(container=PYXIS, preflight=True),
+    "apptainer-torchrun-roce": make_settings(launcher="torchrun", network=ROCE, container=APPTAINER),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONTAINER_CASES))
+def test_container_script_matches_golden_and_passes_shellcheck(name: str, tmp_path: Path) -> None:
+    text = render(CONTAINER_CASES[name], probe_source=PROBE, checks_source="QUJD\n")
+    assert_golden(name, text)
+    assert_shell_clean(text, tmp_path)
+
+
+def srun_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("srun ")]
+
+
+def test_pyxis_flags_ride_on_every_srun_step_and_keep_every_export() -> None:
+    text = render(CONTAINER_CASES["pyxis-srun-ib"], probe_source=PROBE, checks_source="QUJD\n")
+    steps = srun_lines(text)
+    assert len(steps) == 2  # the probe step and the training step
+    names = ("MASTER_ADDR,MASTER_PORT,NCCL_IB_HCA,NCCL_IB_TIMEOUT,NCCL_SOCKET_IFNAME,"
+             "GLOO_SOCKET_IFNAME,OMP_NUM_THREADS,WANDB_API_KEY")
+    for step in steps:
+        assert "'--container-image=nvcr.io#nvidia/pytorch:24.05-py3'" in step
+        assert "--container-mounts=/scratch:/scratch,/datasets:/data:ro" in step
+        assert "--container-workdir=/scratch/alice/run1 --no-container-mount-home" in step
+        assert f"--container-env={names}" in step
+    # the batch script itself stays on the host: no container option in #SBATCH lines
+    assert not [line for line in text.splitlines() if line.startswith("#SBATCH") and "container" in line]
+
+
+def test_apptainer_wraps_each_task_and_exports_host_values() -> None:
+    text = render(CONTAINER_CASES["apptainer-torchrun-roce"])
+    assert "  apptainer exec --nv --bind /scratch:/scratch --no-home --writable-tmpfs " \
+           "/shared/images/pytorch.sif bash -c " in text
+    for name in ("MASTER_ADDR", "MASTER_PORT", "NCCL_IB_GID_INDEX", "NCCL_IB_TC", "NCCL_SOCKET_IFNAME"):
+        assert f'export APPTAINERENV_{name}="${{{name}}}"' in text
+    assert "--container-" not in text
+
+
+def test_no_container_renders_exactly_as_before() -> None:
+    # every golden case above has no container; this guards the None path itself
+    for settings in GOLDEN_CASES.values():
+        assert "container" not in render({**settings, "container": None})
