@@ -6,7 +6,9 @@ commands that need them, so `clusterkit render` stays fast.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -93,13 +95,28 @@ for _command in (submit, status, cancel, logs, bench, preflight, probe, audit):
 
 
 def main() -> None:
-    """Console entry point."""
+    """Console entry point: the one place where outcomes become exit codes.
+
+    Commands raise (`ClusterKitError` and its family carry their SPEC exit code;
+    `ExitStatus` a verdict already printed); nothing else calls `sys.exit`.
+    """
+    sys.exit(run_to_exit_code(lambda: cli.main(prog_name="clusterkit", standalone_mode=False)))
+
+
+def run_to_exit_code(invoke: Callable[[], Any]) -> int:
+    """Run `invoke` and map what it raised to one message and an exit code."""
     try:
-        cli(prog_name="clusterkit")
+        result = invoke()
+    except click.ClickException as exc:  # ClusterKitError family, usage errors
+        exc.show()
+        return exc.exit_code
+    except click.Abort:
+        click.echo("Aborted!", err=True)
+        return 1
     except KeyboardInterrupt:
         click.echo("clusterkit: interrupted", err=True)
-        sys.exit(130)
+        return 130
     except OSError as exc:  # a file the user named cannot be read or written
         click.echo(f"clusterkit: error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
-        sys.exit(2)
-
+        return 2
+    return result if isinstance(result, int) else 0

@@ -16,7 +16,7 @@ from cluster_kit.cli_nodes import (
     run_preflight_for,
     select_nodes,
 )
-from cluster_kit.errors import ClusterKitError, InputError
+from cluster_kit.errors import ClusterKitError, InputError, exit_with
 
 
 def load_baseline(path: str) -> dict[str, Any]:
@@ -127,4 +127,4 @@ def audit(app: App, profile_ref: str, nodes_expr: str | None, fmt: str, output: 
         keep_stdout_clean = fmt in ("json", "html") and not output
         apply_commands(app, profile, drain_commands(document, slurm_nodes, drain, undrain), apply,
                        sys.stderr if keep_stdout_clean else sys.stdout)
-    sys.exit(exit_code(report))
+    exit_with(exit_code(report))

@@ -17,7 +17,7 @@ from cluster_kit.cli_nodes import (
     run_preflight_for,
     select_nodes,
 )
-from cluster_kit.errors import CheckFailed
+from cluster_kit.errors import CheckFailed, exit_with
 
 JOB_FILE = click.Path(exists=True, dir_okay=False)
 
@@ -123,7 +123,7 @@ def submit(app: App, job_file: str, dry_run: bool, test_only: bool, no_preflight
     if wait and job_id:
         code = slurm_runner.wait(app.runner(job.profile.data), job_id, on_status=state_reporter(job_id))
         click.echo(f"job {job_id} finished with exit code {code}", err=True)
-        sys.exit(code)
+        exit_with(code)
 
 
 @click.command()

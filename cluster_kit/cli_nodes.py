@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from cluster_kit.app import App, pass_app
-from cluster_kit.errors import CheckFailed, InputError
+from cluster_kit.errors import CheckFailed, InputError, exit_with
 
 
 def profile_option(f: Callable, required: bool = True,
@@ -76,7 +76,7 @@ def preflight(app: App, profile_ref: str, nodes_expr: str | None, deep: bool, as
     profile = app.profile(profile_ref)
     report, _facts = run_preflight_for(app, profile, select_nodes(app, profile, nodes_expr), deep)
     click.echo(json.dumps(report, indent=2) if as_json else preflight_table(report))
-    sys.exit(exit_code(report))
+    exit_with(exit_code(report))
 
 
 @click.command()
