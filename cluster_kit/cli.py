@@ -16,8 +16,8 @@ from cluster_kit import __version__
 from cluster_kit.app import App, pass_app, render_job
 from cluster_kit.cli_audit import audit
 from cluster_kit.cli_jobs import bench, cancel, logs, status, submit
-from cluster_kit.cli_nodes import preflight, probe
-from cluster_kit.errors import InputError, ValidationError
+from cluster_kit.cli_nodes import preflight, probe, write_output
+from cluster_kit.errors import ValidationError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -81,11 +81,7 @@ def render(app: App, job_file: str, output: str | None) -> None:
     """Print (or write) the sbatch script of JOB_FILE; touches no cluster."""
     script = render_job(app, app.job(job_file))
     if output:
-        try:
-            Path(output).write_text(script)
-        except OSError as exc:
-            raise InputError(f"-o {output}: cannot write the script: {exc.strerror}",
-                             fix="write it into an existing folder you can write to")
+        write_output("-o", output, script, "the script")
     else:
         click.echo(script, nl=False)
 

@@ -15,6 +15,7 @@ from cluster_kit.cli_nodes import (
     profile_option,
     run_preflight_for,
     select_nodes,
+    write_output,
 )
 from cluster_kit.errors import ClusterKitError, InputError, exit_with
 
@@ -87,9 +88,9 @@ def apply_commands(app: App, profile: Any, commands: list[list[str]], apply: boo
         click.echo("no node to drain or undrain", file=out)
 
 
-def write_output(text: str, output: str | None) -> None:
+def echo_report(text: str, output: str | None) -> None:
     if output:
-        Path(output).write_text(text)
+        write_output("-o", output, text, "the report")
     else:
         click.echo(text.rstrip("\n"))
 
@@ -121,8 +122,9 @@ def audit(app: App, profile_ref: str, nodes_expr: str | None, fmt: str, output: 
     slurm_nodes = slurm_view(app, profile)
     document = fleet.build_audit(profile.name, report, facts, baseline=before, slurm_nodes=slurm_nodes)
     if save_baseline:
-        Path(save_baseline).write_text(json.dumps(fleet.save_baseline(document), indent=1))
-    write_output(render(document, fmt), output)
+        write_output("--save-baseline", save_baseline, json.dumps(fleet.save_baseline(document), indent=1),
+                     "the baseline")
+    echo_report(render(document, fmt), output)
     if drain or undrain:
         keep_stdout_clean = fmt in ("json", "html") and not output
         apply_commands(app, profile, drain_commands(document, slurm_nodes, drain, undrain), apply,

@@ -41,6 +41,17 @@ def select_nodes(app: App, profile: Any, nodes_expr: str | None) -> list[str]:
     return slurm_runner.partition_nodes(app.runner(profile.data), partition)
 
 
+def write_output(option: str, path: str, text: str, what: str) -> None:
+    """Write a file the user named with `option`; InputError (exit 2) when it cannot be."""
+    from pathlib import Path
+
+    try:
+        Path(path).write_text(text)
+    except OSError as exc:
+        raise InputError(f"{option} {path}: cannot write {what}: {exc.strerror or exc}",
+                         fix="write it into an existing folder you can write to") from None
+
+
 def progress(total: int) -> Callable[[Any], None] | None:
     """A per-node progress callback on stderr, only on a terminal."""
     if not sys.stderr.isatty():
