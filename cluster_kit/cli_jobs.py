@@ -42,8 +42,7 @@ def job_runner(app: App, profile_ref: str | None) -> Any:
     return app.runner(app.profile(profile_ref).data)
 
 
-def profile_opt(f: Any) -> Any:
-    return profile_option(f, required=False, help="Profile whose login host runs Slurm's commands.")
+login_profile_option = profile_option(required=False, help="Profile whose login host runs Slurm's commands.")
 
 
 def job_output_dir(job: Any) -> str | None:
@@ -128,7 +127,7 @@ def submit(app: App, job_file: str, dry_run: bool, test_only: bool, no_preflight
 
 @click.command()
 @job_id_arg
-@profile_opt
+@login_profile_option
 @pass_app
 def status(app: App, job_id: str, profile_ref: str | None) -> None:
     """The job's state (squeue, then sacct or scontrol once it ended)."""
@@ -141,7 +140,7 @@ def status(app: App, job_id: str, profile_ref: str | None) -> None:
 
 @click.command()
 @job_id_arg
-@profile_opt
+@login_profile_option
 @pass_app
 def cancel(app: App, job_id: str, profile_ref: str | None) -> None:
     """Cancel the job (scancel)."""
@@ -163,7 +162,7 @@ def echo_output(runner: Any, job_id: str, offset: int) -> int:
 @click.command()
 @job_id_arg
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
-@profile_opt
+@login_profile_option
 @pass_app
 def logs(app: App, job_id: str, follow: bool, profile_ref: str | None) -> None:
     """Print the job's output file."""

@@ -12,11 +12,16 @@ from cluster_kit.app import App, pass_app
 from cluster_kit.errors import CheckFailed, InputError, exit_with
 
 
-def profile_option(f: Callable, required: bool = True,
+def profile_option(f: Callable | None = None, *, required: bool = True,
                    help: str = "Profile name or path (default: $CLUSTERKIT_PROFILE).") -> Callable:
-    """The --profile option (name or path, $CLUSTERKIT_PROFILE) of the commands."""
-    return click.option("--profile", "profile_ref", envvar="CLUSTERKIT_PROFILE", required=required,
-                        help=help)(f)
+    """The --profile option (name or path, $CLUSTERKIT_PROFILE) of every command.
+
+    `@profile_option` for commands that need a profile, or
+    `@profile_option(required=False, help=...)` where it only names the login host.
+    """
+    option = click.option("--profile", "profile_ref", envvar="CLUSTERKIT_PROFILE", required=required,
+                          help=help)
+    return option(f) if f is not None else option
 
 
 def nodes_option(f: Callable) -> Callable:
