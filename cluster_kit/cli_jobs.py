@@ -57,11 +57,10 @@ def job_output_dir(job: Any) -> str | None:
 
 def submit_script(app: App, job: Any, script: str, test_only: bool, dry_run: bool) -> str | None:
     """sbatch the script (or print what would run); the job id, None otherwise."""
-    from cluster_kit import slurm
+    from cluster_kit import slurm_runner
 
-    argv = slurm.build_sbatch(test_only=test_only)
     if dry_run:
-        click.echo(f"# {shlex.join(argv)} < script")
+        click.echo(f"# {shlex.join(slurm_runner.sbatch_argv(test_only))} < script")
         click.echo(script, nl=False)
         return None
     result = sbatch_job(app, job, script, test_only)

@@ -19,6 +19,7 @@ from typing import Any
 
 from cluster_kit import schema
 from cluster_kit.errors import InputError, ValidationError
+from cluster_kit.slurm import SBATCH_VALUE_KEYS
 from cluster_kit.yamlfile import KeyPath, YamlDoc, YamlError, nearest
 from cluster_kit.yamlfile import load as load_yaml
 
@@ -407,8 +408,7 @@ def _cross_check_job(job: Mapping[str, Any], profile: Profile | None) -> list[sc
 
 # --------------------------------------------------------------------------- effective settings
 
-_SLURM_KEYS = ("partition", "account", "qos", "constraint", "cpus_per_task", "mem", "time",
-               "exclusive")
+_SLURM_KEYS = (*SBATCH_VALUE_KEYS, "exclusive")
 
 
 def effective(job: Job) -> dict[str, Any]:

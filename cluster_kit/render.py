@@ -1,8 +1,9 @@
 """Effective job settings -> sbatch script text.
 
 Pure: nothing here reads job files, runs processes or writes files. Beyond the
-standard library it imports only jinja2 and schema.py (which config.py has
-already loaded on the way here), so `clusterkit render` stays fast.
+standard library it imports only jinja2, schema.py (which config.py has
+already loaded on the way here) and the pure slurm.py, so `clusterkit render`
+stays fast.
 
 Quoting rules the templates rely on:
 - every user value in the shell body goes through the `shq` filter (POSIX
@@ -28,8 +29,8 @@ import jinja2
 
 from cluster_kit.errors import InputError
 from cluster_kit.schema import ENV_NAME_RE, gpu_count
+from cluster_kit.slurm import SBATCH_OPTION_NAME, SBATCH_VALUE_KEYS
 
-_SBATCH_OPTION = re.compile(r"[a-z][a-z0-9-]*\Z")
 # Bare #SBATCH values need none of sbatch's quoting; anything else is quoted.
 _SBATCH_BARE = re.compile(r"[A-Za-z0-9_.,:/%@+=^~-]+\Z")
 # sbatch reads a line containing either word as a heterogeneous-job separator.
@@ -56,15 +57,6 @@ _SETTING_FOR_OPTION = {
     "output": "output",
     "chdir": "workdir",
 }
-_SLURM_KEYS = (
-    "cpus_per_task",
-    "mem",
-    "time",
-    "partition",
-    "account",
-    "qos",
-    "constraint",
-)
 
 
 # ---------------------------------------------------------------------------
@@ -218,7 +210,7 @@ def sbatch_directives(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("ntasks-per-node", tasks_per_node(settings)),
         ("gpus-per-node", settings.get("gpus_per_node")),
     ]
-    pairs += [(key.replace("_", "-"), slurm.get(key)) for key in _SLURM_KEYS]
+    pairs += [(key.replace("_", "-"), slurm.get(key)) for key in SBATCH_VALUE_KEYS]
     pairs.append(("exclusive", _flag(slurm.get("exclusive"))))
     pairs += [("output", settings.get("output")), ("chdir", settings.get("workdir"))]
     for option, value in (slurm.get("extra") or {}).items():
@@ -237,7 +229,7 @@ def _flag(value: Any) -> Any:
 
 def _checked_option(option: Any) -> str:
     text = str(option)
-    if not _SBATCH_OPTION.match(text):
+    if not SBATCH_OPTION_NAME.match(text):
         raise InputError(
             f"slurm.sbatch: {text!r} is not an sbatch long option name",
             fix="write the option without the leading -- in lower case, e.g. mail-type",

@@ -27,7 +27,11 @@ _SINFO_FORMAT = FIELD_SEP.join(["%N", "%T", "%E"])
 
 NODE_STATES = ("DRAIN", "RESUME", "DOWN", "UNDRAIN")
 
-_OPTION_NAME = re.compile(r"[a-z][a-z0-9-]*\Z")
+# An sbatch long option name as job files write it (`mail-type`, no leading --).
+SBATCH_OPTION_NAME = re.compile(r"[a-z][a-z0-9-]*\Z")
+# The slurm settings that map one to one onto a valued #SBATCH option (`cpus_per_task`
+# -> `--cpus-per-task`), in the order the script writes them; `exclusive` is a flag.
+SBATCH_VALUE_KEYS = ("cpus_per_task", "mem", "time", "partition", "account", "qos", "constraint")
 _JOB_ID = re.compile(r"\d+(?:[_+]\d+)?\Z")
 
 
@@ -113,7 +117,7 @@ def build_sbatch_options(options: Mapping[str, OptionValue]) -> list[str]:
     argv: list[str] = []
     for raw_name, value in options.items():
         name = raw_name.lstrip("-").replace("_", "-")
-        if not _OPTION_NAME.match(name):
+        if not SBATCH_OPTION_NAME.match(name):
             raise ValueError(f"not an sbatch long option name: {raw_name!r}")
         if value is None or value is False:
             continue

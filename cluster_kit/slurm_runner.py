@@ -181,6 +181,11 @@ def run_checked(runner: Runner, argv: list[str], stdin: str | None = None) -> Co
 # ---------------------------------------------------------------- jobs
 
 
+def sbatch_argv(test_only: bool = False, options: Mapping[str, slurm.OptionValue] | None = None) -> list[str]:
+    """The sbatch argv `submit` runs (what `--dry-run` prints)."""
+    return slurm.build_sbatch(options, test_only=test_only)
+
+
 def submit(runner: Runner, script: str, test_only: bool = False,
            options: Mapping[str, slurm.OptionValue] | None = None) -> str:
     """sbatch `script` (on stdin): the job id, or with `test_only` Slurm's
@@ -188,7 +193,7 @@ def submit(runner: Runner, script: str, test_only: bool = False,
 
     Raises ClusterRefused with Slurm's message when sbatch refuses the job.
     """
-    argv = slurm.build_sbatch(options, test_only=test_only)
+    argv = sbatch_argv(test_only, options)
     completed = runner.run(argv, stdin=script)
     if not completed.ok:
         raise refusal("sbatch --test-only" if test_only else "sbatch", completed, runner)
