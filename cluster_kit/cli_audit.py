@@ -55,34 +55,18 @@ def drain_commands(audit: dict[str, Any], slurm_nodes: Any, drain: bool, undrain
     return []
 
 
-# How Slurm (20.11-23.x) says that this user may not update nodes.
-PERMISSION_DENIED = ("invalid user id", "access/permission denied")
-PERMISSION_FIX = ("only root, SlurmUser or an operator (sacctmgr AdminLevel) may drain nodes: "
-                  "run --apply as one of them, or run the printed commands with sudo")
-
-
-def run_update(runner: Any, argv: list[str]) -> None:
-    """Run one scontrol update; Slurm's permission refusal gets the fix."""
-    from cluster_kit import slurm_runner
-
-    try:
-        slurm_runner.run_checked(runner, argv)
-    except ClusterKitError as exc:
-        if exc.fix is None and any(words in exc.message.lower() for words in PERMISSION_DENIED):
-            exc.fix = PERMISSION_FIX
-        raise
-
-
 def apply_commands(app: App, profile: Any, commands: list[list[str]], apply: bool, out: Any) -> None:
     """Print the commands; with --apply run them (through login.host when set).
 
     "applied:" is printed only once Slurm accepted the command, so a refusal
     midway leaves an accurate list of what changed.
     """
+    from cluster_kit import slurm_runner
+
     runner = app.runner(profile.data) if apply else None
     for argv in commands:
         if runner is not None:
-            run_update(runner, argv)
+            slurm_runner.run_checked(runner, argv)
         click.echo(("applied: " if apply else "") + shlex.join(argv), file=out)
     if not commands:
         click.echo("no node to drain or undrain", file=out)

@@ -7,7 +7,7 @@ The parsers are tested on verbatim Slurm 22.05 output in tests/data/slurm/.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Union
 
@@ -224,10 +224,20 @@ _FIXES = (
 )
 
 
-def fix_for(message: str) -> str | None:
-    """What to do about a Slurm error message, where the cause is well known."""
+# How Slurm (20.11-23.x) says that this user may not update nodes (scontrol update).
+NODE_UPDATE_DENIED = ("invalid user id", "access/permission denied")
+NODE_UPDATE_FIX = ("only root, SlurmUser or an operator (sacctmgr AdminLevel) may drain nodes: "
+                   "run --apply as one of them, or run the printed commands with sudo")
+
+
+def fix_for(message: str, argv: Sequence[str] = ()) -> str | None:
+    """What to do about a Slurm error message (of `argv`), where the cause is well known."""
     lowered = message.lower()
-    return next((fix for needle, fix in _FIXES if needle.lower() in lowered), None)
+    fix = next((fix for needle, fix in _FIXES if needle.lower() in lowered), None)
+    updates_nodes = list(argv[:2]) == ["scontrol", "update"]
+    if fix is None and updates_nodes and any(words in lowered for words in NODE_UPDATE_DENIED):
+        return NODE_UPDATE_FIX
+    return fix
 
 
 # ---------------------------------------------------------------- squeue

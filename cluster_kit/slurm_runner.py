@@ -167,7 +167,7 @@ def refusal(command: str, completed: Completed, runner: Runner) -> ClusterRefuse
     """ClusterRefused carrying Slurm's own message and, where known, the fix."""
     message = slurm.slurm_error_message(completed.stderr, completed.stdout)
     return ClusterRefused(f"{command} failed {runner.where}: {message}",
-                          fix=slurm.fix_for(message))
+                          fix=slurm.fix_for(message, completed.argv))
 
 
 def run_checked(runner: Runner, argv: list[str], stdin: str | None = None) -> Completed:
