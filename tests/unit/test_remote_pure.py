@@ -176,7 +176,7 @@ def test_alias_fix_files_the_key_under_the_alias() -> None:
 
 
 def test_settings_from_a_profile_section() -> None:
-    settings = SshSettings.from_profile({"host": "login01", "user": "alice", "port": "2222",
+    settings = SshSettings.from_profile({"host": "login01", "user": "alice", "port": 2222,
                                          "connect_timeout": 5, "fanout": 16,
                                          "host_key_policy": "accept-new"})
     assert (settings.user, settings.port, settings.connect_timeout, settings.fanout) == ("alice", 2222, 5.0, 16)
@@ -315,3 +315,9 @@ def test_host_result_reached_and_ok() -> None:
     answered = remote.HostResult("n1", False, 3, "", "boom", None, 0.1)
     unreachable = remote.HostResult("n2", False, None, "", "", "connection refused (n2 port 22)", 0.1)
     assert answered.reached and not unreachable.reached
+
+
+def test_settings_keys_are_the_profile_schema_keys() -> None:
+    from cluster_kit import schema, sshconfig
+
+    assert set(sshconfig.SETTING_KEYS) | {"host"} == set(schema.SSH.fields) | set(schema.LOGIN.fields)
