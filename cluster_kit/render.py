@@ -28,6 +28,7 @@ from typing import Any
 import jinja2
 
 from cluster_kit.errors import InputError
+from cluster_kit.report import CONTROL_CHARS
 from cluster_kit.schema import ENV_NAME_RE, gpu_count
 from cluster_kit.slurm import SBATCH_OPTION_NAME, SBATCH_VALUE_KEYS
 
@@ -129,9 +130,7 @@ def sbatch_value(value: Any, option: str = "") -> str:
 
 def oneline(value: Any) -> str:
     """Text safe inside a `#` comment line: control characters become spaces."""
-    return "".join(
-        " " if ord(ch) < 0x20 or ord(ch) == 0x7F else ch for ch in _text(value)
-    )
+    return CONTROL_CHARS.sub(" ", _text(value))
 
 
 def _describe_option(option: str) -> str:
