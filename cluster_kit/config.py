@@ -25,6 +25,7 @@ from cluster_kit.yamlfile import load as load_yaml
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 PROFILE_SUFFIXES = (".yaml", ".yml")
+TEMPLATE_SUFFIXES = (".j2",)
 
 
 # --------------------------------------------------------------------------- search path
@@ -103,11 +104,12 @@ class SearchPath:
 
     def find_template(self, ref: str, base: Path | None = None) -> Path:
         """The file of a template name (`ddp` -> `ddp.j2`) or path."""
-        if _looks_like_path(ref, (".j2",)):
+        if _looks_like_path(ref, TEMPLATE_SUFFIXES):
             return _existing_path(ref, base, "template")
-        for directory in self.template_path:
-            if (directory / f"{ref}.j2").is_file():
-                return directory / f"{ref}.j2"
+        dirs, name = template_lookup(ref, self.template_path)
+        for directory in dirs:
+            if (directory / name).is_file():
+                return directory / name
         looked = ", ".join(str(d) for d in self.template_path)
         raise InputError(f"no template '{ref}' on the search path (looked in: {looked})",
                          fix="use a built-in template name such as ddp, or a path to a .j2 file")
@@ -124,6 +126,20 @@ class SearchPath:
     def _profile_candidates(self, name: str) -> list[Path]:
         return [directory / f"{name}{suffix}" for directory in self.profile_path
                 for suffix in PROFILE_SUFFIXES if (directory / f"{name}{suffix}").is_file()]
+
+
+def template_lookup(ref: str, template_dirs: Sequence[Path]) -> tuple[list[Path], str]:
+    """The one template resolver: the directories to search for `ref`, and its file name.
+
+    A name (`ddp`) is `ddp.j2` on the search dirs; a path (`t/mine.j2`, `~/x.j2`) is
+    that file, whose own directory is searched first so it can include the built-in
+    partials.
+    """
+    dirs = [Path(d) for d in template_dirs]
+    if _looks_like_path(ref, TEMPLATE_SUFFIXES):
+        path = Path(ref).expanduser()
+        return [path.parent, *dirs], path.name
+    return dirs, f"{ref}{TEMPLATE_SUFFIXES[0]}"
 
 
 def _with_sub(dirs: Iterable[Path], sub: str) -> list[Path]:

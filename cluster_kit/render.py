@@ -378,7 +378,10 @@ def render_script(
     `.j2` file, whose own directory is searched first so it can include the
     built-in partials. Template errors raise InputError naming FILE:LINE.
     """
-    dirs, name = _resolve_template(template, template_dirs)
+    # Inside: config.py loads yaml, which this module keeps out of its imports.
+    from cluster_kit.config import template_lookup
+
+    dirs, name = template_lookup(template, template_dirs)
     env = make_environment(dirs)
     try:
         context = build_context(settings, probe_source, checks_source)
@@ -394,16 +397,6 @@ def render_script(
         raise InputError(f"{where}: template syntax error: {exc.message}") from None
     except jinja2.TemplateError as exc:
         raise InputError(f"{_template_location(exc)}: template error: {exc}") from None
-
-
-def _resolve_template(
-    template: str, template_dirs: Sequence[Path]
-) -> tuple[list[Path], str]:
-    dirs = [Path(d) for d in template_dirs]
-    if template.endswith(".j2") or "/" in template:
-        path = Path(template).expanduser()
-        return [path.parent, *dirs], path.name
-    return dirs, f"{template}.j2"
 
 
 def _template_location(exc: BaseException) -> str:
