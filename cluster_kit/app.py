@@ -1,4 +1,4 @@
-"""What every command shares: the search path, runners and fan-out, rendering.
+"""What every command shares: the search path, the Slurm runner and the SSH fan-out.
 
 Modules that touch processes or the network are imported inside the methods,
 so commands that do not need them (render, validate) never load them.
@@ -68,24 +68,3 @@ class App:
 
 
 pass_app = click.make_pass_decorator(App)
-
-
-def render_job(app: App, job: Any, settings: dict[str, Any] | None = None,
-               template: str | None = None, extra: dict[str, Any] | None = None) -> str:
-    """The job's sbatch script as text (the in-job preflight embedded when asked)."""
-    from cluster_kit.config import effective
-    from cluster_kit.render import render_script
-
-    settings = settings or effective(job)
-    sources = embedded_sources(settings) if settings.get("preflight") else {}
-    return render_script(settings, app.search.template_dirs(), template or settings["template"],
-                         extra=extra, **sources)
-
-
-def embedded_sources(settings: dict[str, Any]) -> dict[str, str]:
-    """Probe and checks embedded in a script that runs the in-job preflight."""
-    from cluster_kit.injob import checks_source
-    from cluster_kit.preflight import probe_source
-
-    checked = {"name": settings["profile_name"], "network": settings["network"], "expect": settings["expect"]}
-    return {"probe_source": probe_source(), "checks_source": checks_source(checked)}

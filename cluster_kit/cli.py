@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from cluster_kit import __version__
-from cluster_kit.app import App, pass_app, render_job
+from cluster_kit.app import App, pass_app
 from cluster_kit.cli_audit import audit
 from cluster_kit.cli_jobs import bench, cancel, logs, status, submit
 from cluster_kit.cli_nodes import preflight, probe, write_output
@@ -79,7 +79,10 @@ def profiles_show(app: App, name: str) -> None:
 @pass_app
 def render(app: App, job_file: str, output: str | None) -> None:
     """Print (or write) the sbatch script of JOB_FILE; touches no cluster."""
-    script = render_job(app, app.job(job_file))
+    from cluster_kit.config import effective
+    from cluster_kit.render import render_job
+
+    script = render_job(effective(app.job(job_file)), app.search.template_dirs())
     if output:
         write_output("-o", output, script, "the script")
     else:

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from cluster_kit.app import App, pass_app, render_job
+from cluster_kit.app import App, pass_app
 from cluster_kit.cli_nodes import (
     profile_option,
     refuse_on_failure,
@@ -110,9 +110,11 @@ def state_reporter(job_id: str) -> Any:
 def submit(app: App, job_file: str, dry_run: bool, test_only: bool, no_preflight: bool, wait: bool) -> None:
     """Preflight, render and sbatch JOB_FILE; print the job id."""
     from cluster_kit import slurm_runner
+    from cluster_kit.config import effective
+    from cluster_kit.render import render_job
 
     job = app.job(job_file)
-    script = render_job(app, job)
+    script = render_job(effective(job), app.search.template_dirs())
     if not (dry_run or no_preflight):
         nodes = select_nodes(app, job.profile, None)
         report, _facts = run_preflight_for(app, job.profile, nodes, deep=False)

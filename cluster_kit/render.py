@@ -399,6 +399,16 @@ def render_script(
         raise InputError(f"{_template_location(exc)}: template error: {exc}") from None
 
 
+def render_job(settings: Mapping[str, Any], template_dirs: Sequence[Path], template: str | None = None,
+               extra: Mapping[str, Any] | None = None) -> str:
+    """A job's sbatch script from its effective settings, the in-job preflight
+    embedded when `preflight` is on; `template` overrides the job's own."""
+    from cluster_kit.injob import embedded_sources
+
+    sources = embedded_sources(dict(settings)) if settings.get("preflight") else {}
+    return render_script(settings, template_dirs, template or settings["template"], extra=extra, **sources)
+
+
 def _template_location(exc: BaseException) -> str:
     """FILE:LINE of the innermost template frame of a render-time error."""
     frames = [
