@@ -87,11 +87,3 @@ def main(profile: dict, argv: list) -> int:
         for line in lines:
             print(f"clusterkit preflight:   {line}", file=sys.stderr)
     return 1 if failed else 0
-
-
-def embedded_sources(settings: dict) -> dict:
-    """Probe and checks embedded in a script that runs the in-job preflight."""
-    from cluster_kit.preflight import probe_source
-
-    checked = {"name": settings["profile_name"], "network": settings["network"], "expect": settings["expect"]}
-    return {"probe_source": probe_source(), "checks_source": checks_source(checked)}

@@ -403,10 +403,17 @@ def render_job(settings: Mapping[str, Any], template_dirs: Sequence[Path], templ
                extra: Mapping[str, Any] | None = None) -> str:
     """A job's sbatch script from its effective settings, the in-job preflight
     embedded when `preflight` is on; `template` overrides the job's own."""
-    from cluster_kit.injob import embedded_sources
-
-    sources = embedded_sources(dict(settings)) if settings.get("preflight") else {}
+    sources = _embedded_sources(settings) if settings.get("preflight") else {}
     return render_script(settings, template_dirs, template or settings["template"], extra=extra, **sources)
+
+
+def _embedded_sources(settings: Mapping[str, Any]) -> dict[str, str]:
+    """Probe and checks embedded in a script that runs the in-job preflight."""
+    from cluster_kit.injob import checks_source
+    from cluster_kit.preflight import probe_source
+
+    checked = {"name": settings["profile_name"], "network": settings["network"], "expect": settings["expect"]}
+    return {"probe_source": probe_source(), "checks_source": checks_source(checked)}
 
 
 def _template_location(exc: BaseException) -> str:
