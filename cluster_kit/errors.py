@@ -61,11 +61,12 @@ class ClusterRefused(ClusterKitError):
 class SshConnectError(ClusterRefused):
     """The login host could not be reached over SSH (exit 3)."""
 
-    def __init__(self, host: str, reason: str) -> None:
+    def __init__(self, host: str, reason: str, fix: str | None = None) -> None:
         super().__init__(f"cannot reach {host} over SSH: {reason}",
-                         fix=f"check that `ssh {host}` works with the profile's settings")
+                         fix=fix or f"check that `ssh {host}` works with the profile's settings")
         self.host = host
         self.reason = reason
+        self.known_fix = fix
 
 
 class ExitStatus(CheckFailed):
