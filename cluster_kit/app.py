@@ -1,4 +1,4 @@
-"""What every command shares: the search path, runners and fan-out, rendering.
+"""What every command shares: the search path, the Slurm runner and the SSH fan-out.
 
 Modules that touch processes or the network are imported inside the methods,
 so commands that do not need them (render, validate) never load them.
@@ -69,14 +69,16 @@ class App:
     def job_problems(self, job: Any, offline: bool = False) -> list[tuple[str, str]]:
         """What `validate` finds beyond the files: a missing script, a template that
         does not render. (key, message) pairs; the message names the fix."""
+        from cluster_kit.config import effective
         from cluster_kit.errors import ClusterKitError
+        from cluster_kit.render import render_job
 
         problems = []
         script = self.script_problem(job, offline)
         if script:
             problems.append(("script", script))
         try:
-            render_job(self, job)
+            render_job(effective(job), self.search.template_dirs())
         except ClusterKitError as exc:
             fix = f"; {exc.fix}" if exc.fix else ""
             problems.append(("template", f"template: {exc.message}{fix}"))
@@ -142,24 +144,3 @@ def describe_ssh(hosts: list[str], settings: Any) -> str:
 
 
 pass_app = click.make_pass_decorator(App)
-
-
-def render_job(app: App, job: Any, settings: dict[str, Any] | None = None,
-               template: str | None = None, extra: dict[str, Any] | None = None) -> str:
-    """The job's sbatch script as text (the in-job preflight embedded when asked)."""
-    from cluster_kit.config import effective
-    from cluster_kit.render import render_script
-
-    settings = settings or effective(job)
-    sources = embedded_sources(settings) if settings.get("preflight") else {}
-    return render_script(settings, app.search.template_dirs(), template or settings["template"],
-                         extra=extra, **sources)
-
-
-def embedded_sources(settings: dict[str, Any]) -> dict[str, str]:
-    """Probe and checks embedded in a script that runs the in-job preflight."""
-    from cluster_kit.injob import checks_source
-    from cluster_kit.preflight import probe_source
-
-    checked = {"name": settings["profile_name"], "network": settings["network"], "expect": settings["expect"]}
-    return {"probe_source": probe_source(), "checks_source": checks_source(checked)}

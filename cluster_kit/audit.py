@@ -19,12 +19,13 @@ import functools
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from cluster_kit.errors import InputError
 from cluster_kit.facts import flatten as flatten_facts
 from cluster_kit.facts import is_per_node
 from cluster_kit.hostlist import expand, fold
+from cluster_kit.report import nodes_by
 from cluster_kit.slurm import build_scontrol_update_nodes
 
 ABSENT = "absent"
@@ -40,7 +41,6 @@ MAX_REASON_IDS = 3
 PROBLEM_STATUSES = ("fail", "unreachable")
 
 FlatFacts = dict[str, str]
-Key = TypeVar("Key")
 PerNode = Callable[[str], bool]
 Flatten = Callable[[dict[str, Any]], FlatFacts]
 
@@ -66,14 +66,6 @@ def sort_nodes(nodes: Iterable[str]) -> list[str]:
 def fold_nodes(nodes: Iterable[str]) -> str:
     """One folded hostlist of the nodes, in natural order (fold merges only neighbours)."""
     return fold(sort_nodes(nodes))
-
-
-def nodes_by(pairs: Iterable[tuple[Key, str]]) -> dict[Key, list[str]]:
-    """{key: nodes} from (key, node) pairs: the nodes that share a value, outcome or reason."""
-    groups: dict[Key, list[str]] = {}
-    for key, node in pairs:
-        groups.setdefault(key, []).append(node)
-    return groups
 
 
 # ---------------------------------------------------------------- drift

@@ -24,13 +24,12 @@ from cluster_kit.audit import (
     fold_nodes,
     is_drained,
     node_key,
-    nodes_by,
     summarize_changes,
 )
 from cluster_kit.checks.findings import with_fix
 from cluster_kit.hostlist import expand
 from cluster_kit.render import builtin_template_dir
-from cluster_kit.report import SEVERITY, format_table
+from cluster_kit.report import SEVERITY, format_table, nodes_by, printable
 
 HTML_TEMPLATE = "audit.html.j2"
 FORMATS = ("table", "json", "markdown", "html")
@@ -52,16 +51,10 @@ CHECK_FACTS: dict[str, tuple[str, ...]] = {
 SUMMARY_KEYS = ("nodes", "reachable", "unreachable", "fail", "drifting_facts", "changes")
 SUMMARY_LABELS = {"fail": "failing", "drifting_facts": "drifting facts"}
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|#~])")
 
 
 # ---------------------------------------------------------------- shared grouping
-
-
-def printable(value: Any) -> str:
-    """The value with control characters shown as `\\xNN` (no terminal escapes get through)."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
 
 
 def outlier_groups(outliers: Mapping[str, str]) -> list[tuple[str, str]]:

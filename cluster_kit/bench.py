@@ -46,8 +46,9 @@ def build_sweep_context(max_bytes: str | None) -> dict[str, Any]:
 
 def render_allreduce(app: Any, job: Any, max_bytes: str | None) -> str:
     """The sbatch script of the sweep with the resources of `job`."""
-    from cluster_kit.app import render_job
     from cluster_kit.config import effective
+    from cluster_kit.render import render_job
 
     settings = sweep_settings(effective(job))
-    return render_job(app, job, settings=settings, template="allreduce", extra=build_sweep_context(max_bytes))
+    return render_job(settings, app.search.template_dirs(), template="allreduce",
+                      extra=build_sweep_context(max_bytes))

@@ -6,19 +6,20 @@ commands that need them, so `clusterkit render` stays fast.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
 from cluster_kit import __version__
-from cluster_kit.app import App, pass_app, render_job
+from cluster_kit.app import App, pass_app
 from cluster_kit.cli_audit import audit
 from cluster_kit.cli_ddp import analyze, bench_ddp
 from cluster_kit.cli_init import init
 from cluster_kit.cli_jobs import bench, cancel, logs, status, submit
-from cluster_kit.cli_nodes import preflight, probe
-from cluster_kit.errors import InputError, ValidationError
+from cluster_kit.cli_nodes import preflight, probe, write_output
+from cluster_kit.errors import ValidationError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -133,13 +134,12 @@ def schema_command(kind: str) -> None:
 @pass_app
 def render(app: App, job_file: str, output: str | None) -> None:
     """Print (or write) the sbatch script of JOB_FILE; touches no cluster."""
-    script = render_job(app, app.checked_job(job_file, offline=True))
+    from cluster_kit.config import effective
+    from cluster_kit.render import render_job
+
+    script = render_job(effective(app.checked_job(job_file, offline=True)), app.search.template_dirs())
     if output:
-        try:
-            Path(output).write_text(script)
-        except OSError as exc:
-            raise InputError(f"-o {output}: cannot write the script: {exc.strerror}",
-                             fix="write it into an existing folder you can write to")
+        write_output("-o", output, script, "the script")
     else:
         click.echo(script, nl=False)
 
@@ -150,13 +150,28 @@ for _command in (submit, status, cancel, logs, bench, preflight, probe, audit, i
 
 
 def main() -> None:
-    """Console entry point."""
+    """Console entry point: the one place where outcomes become exit codes.
+
+    Commands raise (`ClusterKitError` and its family carry their SPEC exit code;
+    `ExitStatus` a verdict already printed); nothing else calls `sys.exit`.
+    """
+    sys.exit(run_to_exit_code(lambda: cli.main(prog_name="clusterkit", standalone_mode=False)))
+
+
+def run_to_exit_code(invoke: Callable[[], Any]) -> int:
+    """Run `invoke` and map what it raised to one message and an exit code."""
     try:
-        cli(prog_name="clusterkit")
+        result = invoke()
+    except click.ClickException as exc:  # ClusterKitError family, usage errors
+        exc.show()
+        return exc.exit_code
+    except click.Abort:
+        click.echo("Aborted!", err=True)
+        return 1
     except KeyboardInterrupt:
         click.echo("clusterkit: interrupted", err=True)
-        sys.exit(130)
+        return 130
     except OSError as exc:  # a file the user named cannot be read or written
         click.echo(f"clusterkit: error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
-        sys.exit(2)
-
+        return 2
+    return result if isinstance(result, int) else 0

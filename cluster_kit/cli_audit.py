@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
@@ -15,8 +14,9 @@ from cluster_kit.cli_nodes import (
     profile_option,
     run_preflight_for,
     select_nodes,
+    write_output,
 )
-from cluster_kit.errors import ClusterKitError, InputError
+from cluster_kit.errors import ClusterKitError, InputError, exit_with
 
 BASELINE_MAX_BYTES = 64 * 1024 * 1024
 
@@ -65,42 +65,26 @@ def drain_commands(audit: dict[str, Any], slurm_nodes: Any, drain: bool, undrain
     return []
 
 
-# How Slurm (20.11-23.x) says that this user may not update nodes.
-PERMISSION_DENIED = ("invalid user id", "access/permission denied")
-PERMISSION_FIX = ("only root, SlurmUser or an operator (sacctmgr AdminLevel) may drain nodes: "
-                  "run --apply as one of them, or run the printed commands with sudo")
-
-
-def run_update(runner: Any, argv: list[str]) -> None:
-    """Run one scontrol update; Slurm's permission refusal gets the fix."""
-    from cluster_kit import slurm_runner
-
-    try:
-        slurm_runner.run_checked(runner, argv)
-    except ClusterKitError as exc:
-        if exc.fix is None and any(words in exc.message.lower() for words in PERMISSION_DENIED):
-            exc.fix = PERMISSION_FIX
-        raise
-
-
 def apply_commands(app: App, profile: Any, commands: list[list[str]], apply: bool, out: Any) -> None:
     """Print the commands; with --apply run them (through login.host when set).
 
     "applied:" is printed only once Slurm accepted the command, so a refusal
     midway leaves an accurate list of what changed.
     """
+    from cluster_kit import slurm_runner
+
     runner = app.runner(profile.data) if apply else None
     for argv in commands:
         if runner is not None:
-            run_update(runner, argv)
+            slurm_runner.run_checked(runner, argv)
         click.echo(("applied: " if apply else "") + shlex.join(argv), file=out)
     if not commands:
         click.echo("no node to drain or undrain", file=out)
 
 
-def write_output(text: str, output: str | None) -> None:
+def echo_report(text: str, output: str | None) -> None:
     if output:
-        Path(output).write_text(text)
+        write_output("-o", output, text, "the report")
     else:
         click.echo(text.rstrip("\n"))
 
@@ -164,10 +148,11 @@ def audit(app: App, profile_ref: str, nodes_expr: str | None, fmt: str, output: 
     slurm_nodes = slurm_view(app, profile)
     document = fleet.build_audit(profile.name, report, facts, baseline=before, slurm_nodes=slurm_nodes)
     if save_baseline:
-        Path(save_baseline).write_text(json.dumps(fleet.save_baseline(document), indent=1))
-    write_output(render(document, fmt), output)
+        write_output("--save-baseline", save_baseline, json.dumps(fleet.save_baseline(document), indent=1),
+                     "the baseline")
+    echo_report(render(document, fmt), output)
     if drain or undrain:
         keep_stdout_clean = fmt in ("json", "html") and not output
         apply_commands(app, profile, drain_commands(document, slurm_nodes, drain, undrain), apply,
                        sys.stderr if keep_stdout_clean else sys.stdout)
-    sys.exit(exit_code(report))
+    exit_with(exit_code(report))

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from cluster_kit.app import App, pass_app, render_job
+from cluster_kit.app import App, pass_app
 from cluster_kit.errors import CheckFailed, InputError
 
 FORMATS = ("table", "json", "html")
@@ -95,16 +95,17 @@ def bench_ddp(app: App, job_file: str, steps: int, sweep: bool, variants: tuple[
     from cluster_kit import slurm_runner
     from cluster_kit.cli_jobs import job_output_dir, sbatch_job, state_reporter
     from cluster_kit.config import effective
+    from cluster_kit.render import render_job
 
     fmt = pick_format(as_json, fmt)
     if variants and not sweep:
         raise click.UsageError("--variant picks variants of --sweep; add --sweep")
     rows = core.read_allreduce_json(allreduce_json) if allreduce_json else None
-    job = app.job(job_file)
+    job = app.checked_job(job_file)
     settings = effective(job)
     chosen = core.choose_variants(bool(settings["cuda_graphs"]), variants) if sweep else None
     trace_dir = core.profile_dir(job_output_dir(job), settings["workdir"])
-    script = render_job(app, job, settings=core.profiled_settings(settings, steps, trace_dir),
+    script = render_job(core.profiled_settings(settings, steps, trace_dir), app.search.template_dirs(),
                         extra={"ddp_variants": chosen} if chosen else None)
     runner = app.runner(job.profile.data)
     runner.run(["mkdir", "-p", trace_dir])

@@ -10,9 +10,9 @@ from typing import Any
 
 import click
 
-from cluster_kit.app import App, pass_app, render_job
+from cluster_kit.app import App, pass_app
 from cluster_kit.cli_nodes import profile_option, run_preflight_for
-from cluster_kit.errors import CheckFailed, ClusterRefused
+from cluster_kit.errors import CheckFailed, ClusterRefused, exit_with
 
 # Directories and unreadable files pass click, so that the loader names them with the fix.
 JOB_FILE = click.Path(exists=True, readable=False)
@@ -38,8 +38,7 @@ def job_runner(app: App, profile_ref: str | None) -> Any:
     return app.runner(app.profile(profile_ref).data)
 
 
-def profile_opt(f: Any) -> Any:
-    return profile_option(f, required=False, help="Profile whose login host runs Slurm's commands.")
+login_profile_option = profile_option(required=False, help="Profile whose login host runs Slurm's commands.")
 
 
 def job_output_dir(job: Any) -> str | None:
@@ -56,11 +55,10 @@ def submit_script(app: App, job: Any, script: str, test_only: bool, dry_run: boo
                   echo: bool = True) -> str | None:
     """sbatch the script (or print what would run): the job id, or Slurm's
     --test-only verdict; None for a dry run."""
-    from cluster_kit import slurm
+    from cluster_kit import slurm_runner
 
-    argv = slurm.build_sbatch(test_only=test_only)
     if dry_run:
-        click.echo(f"# {shlex.join(argv)} < script")
+        click.echo(f"# {shlex.join(slurm_runner.sbatch_argv(test_only))} < script")
         click.echo(script, nl=False)
         return None
     result = sbatch_job(app, job, script, test_only)
@@ -187,9 +185,9 @@ def follow_job(app: App, job: Any, job_id: str, wait: bool) -> None:
         code = slurm_runner.wait(runner, job_id, on_status=state_reporter(job_id), cancel_never_start=True)
     except KeyboardInterrupt:
         click.echo(f"job {job_id} is still running; stop it with: {hint}", err=True)
-        sys.exit(130)
+        exit_with(130)
     click.echo(f"job {job_id} finished with exit code {code}", err=True)
-    sys.exit(code)
+    exit_with(code)
 
 
 def submit_document(job_id: str | None, route: Any, report: dict | None,
@@ -220,18 +218,19 @@ def submit(app: App, job_file: str, dry_run: bool, test_only: bool, no_preflight
     Nodes failing preflight are excluded while enough healthy ones remain.
     """
     from cluster_kit.config import effective
+    from cluster_kit.render import render_job
 
     if as_json and dry_run:
         raise click.UsageError("--json and --dry-run do not mix: --dry-run prints the script")
     job = app.checked_job(job_file, offline=dry_run)
     settings = effective(job)
-    script = render_job(app, job, settings)  # bad input fails before any node is contacted
+    script = render_job(settings, app.search.template_dirs())  # bad input fails before any node is contacted
     route, report = None, None
     if not (dry_run or no_preflight):
         route, report = preflight_and_route(app, job, settings, strict)
         if route.excluded:
             settings["slurm"]["exclude"] = route.exclude_expr
-            script = render_job(app, job, settings)
+            script = render_job(settings, app.search.template_dirs())
             report_excluded(route, report)
     result = submit_script(app, job, script, test_only, dry_run, echo=not as_json)
     job_id = None if (test_only or dry_run) else result
@@ -243,7 +242,7 @@ def submit(app: App, job_file: str, dry_run: bool, test_only: bool, no_preflight
 
 @click.command()
 @job_id_arg
-@profile_opt
+@login_profile_option
 @pass_app
 def status(app: App, job_id: str, profile_ref: str | None) -> None:
     """The job's state (squeue, then sacct or scontrol once it ended)."""
@@ -256,7 +255,7 @@ def status(app: App, job_id: str, profile_ref: str | None) -> None:
 
 @click.command()
 @job_id_arg
-@profile_opt
+@login_profile_option
 @pass_app
 def cancel(app: App, job_id: str, profile_ref: str | None) -> None:
     """Cancel the job (scancel)."""
@@ -278,7 +277,7 @@ def echo_output(runner: Any, job_id: str, offset: int) -> int:
 @click.command()
 @job_id_arg
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
-@profile_opt
+@login_profile_option
 @pass_app
 def logs(app: App, job_id: str, follow: bool, profile_ref: str | None) -> None:
     """Print the job's output file."""

@@ -9,14 +9,19 @@ from typing import Any
 import click
 
 from cluster_kit.app import App, pass_app
-from cluster_kit.errors import InputError
+from cluster_kit.errors import InputError, exit_with
 
 
-def profile_option(f: Callable, required: bool = True,
+def profile_option(f: Callable | None = None, *, required: bool = True,
                    help: str = "Profile name or path (default: $CLUSTERKIT_PROFILE).") -> Callable:
-    """The --profile option (name or path, $CLUSTERKIT_PROFILE) of the commands."""
-    return click.option("--profile", "profile_ref", envvar="CLUSTERKIT_PROFILE", required=required,
-                        help=help)(f)
+    """The --profile option (name or path, $CLUSTERKIT_PROFILE) of every command.
+
+    `@profile_option` for commands that need a profile, or
+    `@profile_option(required=False, help=...)` where it only names the login host.
+    """
+    option = click.option("--profile", "profile_ref", envvar="CLUSTERKIT_PROFILE", required=required,
+                          help=help)
+    return option(f) if f is not None else option
 
 
 def nodes_option(f: Callable) -> Callable:
@@ -67,6 +72,17 @@ def warn_outside(nodes: list[str], profile: Any) -> None:
                    f"{'it' if one else 'them'} against its expectations anyway", err=True)
 
 
+def write_output(option: str, path: str, text: str, what: str) -> None:
+    """Write a file the user named with `option`; InputError (exit 2) when it cannot be."""
+    from pathlib import Path
+
+    try:
+        Path(path).write_text(text)
+    except OSError as exc:
+        raise InputError(f"{option} {path}: cannot write {what}: {exc.strerror or exc}",
+                         fix="write it into an existing folder you can write to") from None
+
+
 def progress(total: int) -> Callable[[Any], None] | None:
     """A per-node progress callback on stderr, only on a terminal."""
     if not sys.stderr.isatty():
@@ -102,7 +118,7 @@ def preflight(app: App, profile_ref: str, nodes_expr: str | None, deep: bool, as
     profile = app.profile(profile_ref)
     report, _facts = run_preflight_for(app, profile, select_nodes(app, profile, nodes_expr), deep)
     click.echo(json.dumps(report, indent=2) if as_json else preflight_table(report))
-    sys.exit(exit_code(report))
+    exit_with(exit_code(report))
 
 
 @click.command()

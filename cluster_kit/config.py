@@ -20,11 +20,13 @@ from typing import Any
 from cluster_kit import jobscript, schema
 from cluster_kit.errors import InputError, ValidationError, printable
 from cluster_kit.launch import default_tasks_per_node
+from cluster_kit.slurm import SBATCH_VALUE_KEYS
 from cluster_kit.yamlfile import KeyPath, YamlDoc, YamlError, nearest
 from cluster_kit.yamlfile import load as load_yaml
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 PROFILE_SUFFIXES = (".yaml", ".yml")
+TEMPLATE_SUFFIXES = (".j2",)
 
 
 # --------------------------------------------------------------------------- search path
@@ -103,11 +105,12 @@ class SearchPath:
 
     def find_template(self, ref: str, base: Path | None = None) -> Path:
         """The file of a template name (`ddp` -> `ddp.j2`) or path."""
-        if _looks_like_path(ref, (".j2",)):
+        if _looks_like_path(ref, TEMPLATE_SUFFIXES):
             return _existing_path(ref, base, "template")
-        for directory in self.template_path:
-            if _is_file(directory / f"{ref}.j2"):
-                return directory / f"{ref}.j2"
+        dirs, name = template_lookup(ref, self.template_path)
+        for directory in dirs:
+            if _is_file(directory / name):
+                return directory / name
         looked = ", ".join(str(d) for d in self.template_path)
         close = difflib.get_close_matches(ref, self.template_names(), n=1, cutoff=0.6)
         hint = f"; did you mean '{close[0]}'?" if close else ""
@@ -132,6 +135,20 @@ class SearchPath:
     def _profile_candidates(self, name: str) -> list[Path]:
         return [directory / f"{name}{suffix}" for directory in self.profile_path
                 for suffix in PROFILE_SUFFIXES if _is_file(directory / f"{name}{suffix}")]
+
+
+def template_lookup(ref: str, template_dirs: Sequence[Path]) -> tuple[list[Path], str]:
+    """The one template resolver: the directories to search for `ref`, and its file name.
+
+    A name (`ddp`) is `ddp.j2` on the search dirs; a path (`t/mine.j2`, `~/x.j2`) is
+    that file, whose own directory is searched first so it can include the built-in
+    partials.
+    """
+    dirs = [Path(d) for d in template_dirs]
+    if _looks_like_path(ref, TEMPLATE_SUFFIXES):
+        path = Path(ref).expanduser()
+        return [path.parent, *dirs], path.name
+    return dirs, f"{ref}{TEMPLATE_SUFFIXES[0]}"
 
 
 def _with_sub(dirs: Iterable[Path], sub: str) -> list[Path]:
@@ -512,8 +529,7 @@ def _check_container(container: Any) -> list[schema.Problem]:
 
 # --------------------------------------------------------------------------- effective settings
 
-_SLURM_KEYS = ("partition", "account", "qos", "constraint", "cpus_per_task", "mem", "time",
-               "exclusive", "nodelist", "exclude")
+_SLURM_KEYS = (*SBATCH_VALUE_KEYS, "exclusive")
 
 
 def effective(job: Job) -> dict[str, Any]:

@@ -71,3 +71,35 @@ class ClusterRefused(ClusterKitError):
     """sbatch/squeue/scontrol or the SSH login said no (exit 3)."""
 
     exit_code = 3
+
+
+class SshConnectError(ClusterRefused):
+    """The login host could not be reached over SSH (exit 3)."""
+
+    def __init__(self, host: str, reason: str, fix: str | None = None) -> None:
+        super().__init__(f"cannot reach {host} over SSH: {reason}",
+                         fix=fix or f"check that `ssh {host}` works with the profile's settings")
+        self.host = host
+        self.reason = reason
+        self.known_fix = fix
+
+
+class ExitStatus(CheckFailed):
+    """A command's verdict is already printed; only the exit code is left to give.
+
+    Raised instead of calling `sys.exit`, so that `cli.main()` is the one place
+    that turns outcomes into exit codes. Prints nothing.
+    """
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"exit status {code}")
+        self.exit_code = code  # type: ignore[misc]  # the code is per instance here
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        pass
+
+
+def exit_with(code: int) -> None:
+    """End the command with `code` (through `cli.main`): nothing when it is 0."""
+    if code:
+        raise ExitStatus(code)

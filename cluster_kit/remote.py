@@ -57,7 +57,7 @@ import paramiko  # after _defer_import
 from paramiko.common import cMSG_CHANNEL_REQUEST
 from paramiko.ssh_exception import IncompatiblePeer
 
-from cluster_kit.errors import ClusterRefused, InputError
+from cluster_kit.errors import InputError, SshConnectError
 from cluster_kit.filecache import FileCache
 from cluster_kit.known_hosts import (
     KnownHosts,
@@ -116,17 +116,6 @@ class HostResult:
     def reached(self) -> bool:
         """True when SSH connected, authenticated and the command finished."""
         return self.error is None
-
-
-class SshConnectError(ClusterRefused):
-    """The login host could not be reached over SSH (exit 3)."""
-
-    def __init__(self, host: str, reason: str, fix: str | None = None) -> None:
-        super().__init__(f"cannot reach {host} over SSH: {reason}",
-                         fix=fix or f"check that `ssh {host}` works with the profile's settings")
-        self.host = host
-        self.reason = reason
-        self.known_fix = fix
 
 
 class _HostError(Exception):

@@ -2,9 +2,9 @@
 
 Pure but for reading templates (through `textfile.read_text_file`, as profiles
 and jobs are read): nothing here reads job files, runs processes or writes
-files. Beyond the standard library it imports only jinja2, schema.py and
-textfile.py (which config.py has already loaded on the way here), so
-`clusterkit render` stays fast.
+files. Beyond the standard library it imports only jinja2, schema.py,
+textfile.py (which config.py has already loaded on the way here) and the pure
+slurm.py, so `clusterkit render` stays fast.
 
 Quoting rules the templates rely on:
 - every user value in the shell body goes through the `shq` filter (POSIX
@@ -33,10 +33,11 @@ import jinja2
 from cluster_kit import container
 from cluster_kit.errors import InputError
 from cluster_kit.launch import launch_shape
+from cluster_kit.report import CONTROL_CHARS
 from cluster_kit.schema import ENV_NAME_RE
+from cluster_kit.slurm import SBATCH_OPTION_NAME, SBATCH_VALUE_KEYS
 from cluster_kit.textfile import read_text_file
 
-_SBATCH_OPTION = re.compile(r"[a-z][a-z0-9-]*\Z")
 # Bare #SBATCH values need none of sbatch's quoting; anything else is quoted.
 _SBATCH_BARE = re.compile(r"[A-Za-z0-9_.,:/%@+=^~-]+\Z")
 # sbatch reads a line containing either word as a heterogeneous-job separator.
@@ -65,17 +66,6 @@ _SETTING_FOR_OPTION = {
     "output": "output",
     "chdir": "workdir",
 }
-_SLURM_KEYS = (
-    "cpus_per_task",
-    "mem",
-    "time",
-    "partition",
-    "account",
-    "qos",
-    "constraint",
-    "nodelist",
-    "exclude",
-)
 
 
 # ---------------------------------------------------------------------------
@@ -148,9 +138,7 @@ def sbatch_value(value: Any, option: str = "") -> str:
 
 def oneline(value: Any) -> str:
     """Text safe inside a `#` comment line: control characters become spaces."""
-    return "".join(
-        " " if ord(ch) < 0x20 or ord(ch) == 0x7F else ch for ch in _text(value)
-    )
+    return CONTROL_CHARS.sub(" ", _text(value))
 
 
 def _describe_option(option: str) -> str:
@@ -232,7 +220,7 @@ def sbatch_directives(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
     ]
     # cpus-per-task is the shape's: a torchrun task holds the CPUs of all its workers
     pairs += [(key.replace("_", "-"), shape.cpus_per_task if key == "cpus_per_task" else slurm.get(key))
-              for key in _SLURM_KEYS]
+              for key in SBATCH_VALUE_KEYS]
     pairs.append(("exclusive", _flag(slurm.get("exclusive"))))
     pairs += [("output", settings.get("output")), ("chdir", settings.get("workdir"))]
     for option, value in (slurm.get("extra") or {}).items():
@@ -251,7 +239,7 @@ def _flag(value: Any) -> Any:
 
 def _checked_option(option: Any) -> str:
     text = str(option)
-    if not _SBATCH_OPTION.match(text):
+    if not SBATCH_OPTION_NAME.match(text):
         raise InputError(
             f"slurm.sbatch: {text!r} is not an sbatch long option name",
             fix="write the option without the leading -- in lower case, e.g. mail-type",
@@ -433,7 +421,10 @@ def render_script(
     `.j2` file, whose own directory is searched first so it can include the
     built-in partials. Template errors raise InputError naming FILE:LINE.
     """
-    dirs, name = _resolve_template(template, template_dirs)
+    # Inside: config.py loads yaml, which this module keeps out of its imports.
+    from cluster_kit.config import template_lookup
+
+    dirs, name = template_lookup(template, template_dirs)
     env = make_environment(dirs)
     try:
         context = build_context(settings, probe_source, checks_source)
@@ -454,14 +445,21 @@ def render_script(
                          fix="flatten the nesting of its expressions and blocks") from None
 
 
-def _resolve_template(
-    template: str, template_dirs: Sequence[Path]
-) -> tuple[list[Path], str]:
-    dirs = [Path(d) for d in template_dirs]
-    if template.endswith(".j2") or "/" in template:
-        path = Path(template).expanduser()
-        return [path.parent, *dirs], path.name
-    return dirs, f"{template}.j2"
+def render_job(settings: Mapping[str, Any], template_dirs: Sequence[Path], template: str | None = None,
+               extra: Mapping[str, Any] | None = None) -> str:
+    """A job's sbatch script from its effective settings, the in-job preflight
+    embedded when `preflight` is on; `template` overrides the job's own."""
+    sources = _embedded_sources(settings) if settings.get("preflight") else {}
+    return render_script(settings, template_dirs, template or settings["template"], extra=extra, **sources)
+
+
+def _embedded_sources(settings: Mapping[str, Any]) -> dict[str, str]:
+    """Probe and checks embedded in a script that runs the in-job preflight."""
+    from cluster_kit.injob import checks_source
+    from cluster_kit.preflight import probe_source
+
+    checked = {"name": settings["profile_name"], "network": settings["network"], "expect": settings["expect"]}
+    return {"probe_source": probe_source(), "checks_source": checks_source(checked)}
 
 
 def _template_location(exc: BaseException) -> str:

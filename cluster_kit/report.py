@@ -5,14 +5,24 @@ with the folded list of nodes that share it.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from cluster_kit.checks.findings import STATUS_ORDER, with_fix
 from cluster_kit.hostlist import fold
 
+Key = TypeVar("Key")
+
 # Sort position of a status in reports: the worst first.
 SEVERITY = {status: position for position, status in enumerate(reversed(STATUS_ORDER))}
+# C0 controls, DEL and C1 controls: what could end a line or start a terminal escape.
+CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(value: Any) -> str:
+    """The value with control characters shown as `\\xNN` (no terminal escapes get through)."""
+    return CONTROL_CHARS.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
 
 
 def format_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
@@ -26,6 +36,14 @@ def format_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def nodes_by(pairs: Iterable[tuple[Key, str]]) -> dict[Key, list[str]]:
+    """{key: nodes} from (key, node) pairs: the nodes that share a value, outcome or reason."""
+    groups: dict[Key, list[str]] = {}
+    for key, node in pairs:
+        groups.setdefault(key, []).append(node)
+    return groups
+
+
 def _problem_key(entry: dict[str, Any]) -> tuple:
     problems = tuple((c["id"], c["status"], c["message"], c.get("fix") or "")
                      for c in entry["checks"] if c["status"] != "pass")
@@ -34,12 +52,10 @@ def _problem_key(entry: dict[str, Any]) -> tuple:
 
 def group_outcomes(entries: Sequence[dict[str, Any]]) -> list[tuple[str, str, tuple, int]]:
     """(status, folded nodes, problems, checks passed) per group of identical outcome."""
-    groups: dict[tuple, list[str]] = {}
+    groups = nodes_by((_problem_key(entry), entry["node"]) for entry in entries)
     passed: dict[tuple, int] = {}
     for entry in entries:
-        key = _problem_key(entry)
-        groups.setdefault(key, []).append(entry["node"])
-        passed.setdefault(key, sum(c["status"] == "pass" for c in entry["checks"]))
+        passed.setdefault(_problem_key(entry), sum(c["status"] == "pass" for c in entry["checks"]))
     ordered = sorted(groups, key=lambda k: (SEVERITY[k[0]], groups[k][0]))
     return [(k[0], fold(groups[k]), k[1], passed[k]) for k in ordered]
 

@@ -7,7 +7,7 @@ The parsers are tested on verbatim Slurm 22.05 output in tests/data/slurm/.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Union
 
@@ -27,7 +27,12 @@ _SINFO_FORMAT = FIELD_SEP.join(["%N", "%T", "%E"])
 
 NODE_STATES = ("DRAIN", "RESUME", "DOWN", "UNDRAIN")
 
-_OPTION_NAME = re.compile(r"[a-z][a-z0-9-]*\Z")
+# An sbatch long option name as job files write it (`mail-type`, no leading --).
+SBATCH_OPTION_NAME = re.compile(r"[a-z][a-z0-9-]*\Z")
+# The slurm settings that map one to one onto a valued #SBATCH option (`cpus_per_task`
+# -> `--cpus-per-task`), in the order the script writes them; `exclusive` is a flag.
+SBATCH_VALUE_KEYS = ("cpus_per_task", "mem", "time", "partition", "account", "qos", "constraint",
+                     "nodelist", "exclude")
 _JOB_ID = re.compile(r"\d+(?:[_+]\d+)?\Z")
 
 
@@ -113,7 +118,7 @@ def build_sbatch_options(options: Mapping[str, OptionValue]) -> list[str]:
     argv: list[str] = []
     for raw_name, value in options.items():
         name = raw_name.lstrip("-").replace("_", "-")
-        if not _OPTION_NAME.match(name):
+        if not SBATCH_OPTION_NAME.match(name):
             raise ValueError(f"not an sbatch long option name: {raw_name!r}")
         if value is None or value is False:
             continue
@@ -220,10 +225,20 @@ _FIXES = (
 )
 
 
-def fix_for(message: str) -> str | None:
-    """What to do about a Slurm error message, where the cause is well known."""
+# How Slurm (20.11-23.x) says that this user may not update nodes (scontrol update).
+NODE_UPDATE_DENIED = ("invalid user id", "access/permission denied")
+NODE_UPDATE_FIX = ("only root, SlurmUser or an operator (sacctmgr AdminLevel) may drain nodes: "
+                   "run --apply as one of them, or run the printed commands with sudo")
+
+
+def fix_for(message: str, argv: Sequence[str] = ()) -> str | None:
+    """What to do about a Slurm error message (of `argv`), where the cause is well known."""
     lowered = message.lower()
-    return next((fix for needle, fix in _FIXES if needle.lower() in lowered), None)
+    fix = next((fix for needle, fix in _FIXES if needle.lower() in lowered), None)
+    updates_nodes = list(argv[:2]) == ["scontrol", "update"]
+    if fix is None and updates_nodes and any(words in lowered for words in NODE_UPDATE_DENIED):
+        return NODE_UPDATE_FIX
+    return fix
 
 
 # ---------------------------------------------------------------- pending reasons

@@ -183,7 +183,7 @@ def refusal(command: str, completed: Completed, runner: Runner) -> ClusterRefuse
     """ClusterRefused carrying Slurm's own message and, where known, the fix."""
     message = slurm.slurm_error_message(completed.stderr, completed.stdout)
     return ClusterRefused(f"{command} failed {runner.where}: {message}",
-                          fix=slurm.fix_for(message))
+                          fix=slurm.fix_for(message, completed.argv))
 
 
 def run_checked(runner: Runner, argv: list[str], stdin: str | None = None) -> Completed:
@@ -197,6 +197,11 @@ def run_checked(runner: Runner, argv: list[str], stdin: str | None = None) -> Co
 # ---------------------------------------------------------------- jobs
 
 
+def sbatch_argv(test_only: bool = False, options: Mapping[str, slurm.OptionValue] | None = None) -> list[str]:
+    """The sbatch argv `submit` runs (what `--dry-run` prints)."""
+    return slurm.build_sbatch(options, test_only=test_only)
+
+
 def submit(runner: Runner, script: str, test_only: bool = False,
            options: Mapping[str, slurm.OptionValue] | None = None) -> str:
     """sbatch `script` (on stdin): the job id, or with `test_only` Slurm's
@@ -204,7 +209,7 @@ def submit(runner: Runner, script: str, test_only: bool = False,
 
     Raises ClusterRefused with Slurm's message when sbatch refuses the job.
     """
-    argv = slurm.build_sbatch(options, test_only=test_only)
+    argv = sbatch_argv(test_only, options)
     completed = runner.run(argv, stdin=script)
     if not completed.ok:
         raise refusal("sbatch --test-only" if test_only else "sbatch", completed, runner)

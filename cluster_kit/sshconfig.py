@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from cluster_kit import schema
 from cluster_kit.errors import InputError
 from cluster_kit.known_hosts import lookup_name
 
@@ -20,7 +21,6 @@ DEFAULT_PORT = 22
 DEFAULT_IDENTITY_FILES = ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
 DEFAULT_USER_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
 DEFAULT_GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
-HOST_KEY_POLICIES = ("strict", "accept-new")
 SETTING_KEYS = (
     "user", "port", "identity_file", "proxy_jump", "known_hosts", "host_key_policy",
     "connect_timeout", "command_timeout", "fanout", "config_file",
@@ -48,39 +48,30 @@ class SshSettings:
 
     @classmethod
     def from_profile(cls, section: Mapping[str, Any] | None) -> SshSettings:
-        """Settings from a profile section; raises InputError for bad keys or values."""
+        """Settings from a profile section; raises InputError for bad keys or values.
+
+        The keys and their rules are schema.py's (`ssh:` and `login:`), the one
+        place that validates them; loaded profiles have passed it with FILE:LINE.
+        """
         section = dict(section or {})
         unknown = sorted(k for k in section if k not in SETTING_KEYS + IGNORED_PROFILE_KEYS)
         if unknown:
             raise InputError(f"unknown ssh setting(s): {', '.join(unknown)}",
                              fix=f"valid keys: {', '.join(SETTING_KEYS)}")
         values = {k: v for k, v in section.items() if k in SETTING_KEYS and v is not None}
-        for key in ("user", "identity_file", "proxy_jump", "known_hosts", "config_file"):
-            if key in values:
-                values[key] = str(values[key])
-        for key in ("port", "fanout"):
-            if key in values:
-                values[key] = _positive(key, values[key], int)
+        for key, value in values.items():
+            problem = _SETTING_SPECS[key].check(value)
+            if problem:
+                raise InputError(f"ssh {key}: {problem}")
         for key in ("connect_timeout", "command_timeout"):
             if key in values:
-                values[key] = _positive(key, values[key], float)
+                values[key] = float(values[key])
         parse_proxy_jump(values.get("proxy_jump"))  # a malformed chain is an input error now
-        policy = values.get("host_key_policy", "strict")
-        if policy not in HOST_KEY_POLICIES:
-            raise InputError(f"ssh host_key_policy must be strict or accept-new, not {policy!r}",
-                             fix="clusterkit never trusts an unknown host key silently")
         return cls(**values)
 
 
-def _positive(key: str, value: Any, kind: type) -> Any:
-    """`value` as a positive int/float, or an InputError naming the key."""
-    try:
-        number = kind(value)
-    except (TypeError, ValueError):
-        raise InputError(f"ssh {key} must be a number, not {value!r}") from None
-    if number <= 0 or isinstance(value, bool):
-        raise InputError(f"ssh {key} must be a positive number, not {value!r}")
-    return number
+_SETTING_SPECS = {key: spec for key, spec in {**schema.SSH.fields, **schema.LOGIN.fields}.items()
+                  if isinstance(spec, schema.Field)}
 
 
 @dataclass(frozen=True)

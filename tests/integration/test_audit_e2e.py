@@ -302,7 +302,7 @@ def test_changes_since_a_baseline(dev_cluster: Any, ib_profile: Path, tmp_path: 
 
 
 @pytest.mark.parametrize(("content", "words"), [
-    ("this is not JSON {", "cannot read the baseline"),
+    ("this is not JSON {", "not a JSON baseline"),
     ('["a", "list"]', "not a clusterkit audit baseline"),
     (None, "cannot read the baseline"),
 ])

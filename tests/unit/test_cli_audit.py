@@ -10,6 +10,7 @@ import pytest
 
 from cluster_kit import cli_audit
 from cluster_kit.errors import ClusterRefused
+from cluster_kit.slurm import NODE_UPDATE_FIX
 from cluster_kit.slurm_runner import Completed
 
 DRAIN = ["scontrol", "update", "NodeName=gpu[001-002]", "State=DRAIN", "Reason=clusterkit: gpu.driver"]
@@ -56,4 +57,4 @@ def test_a_permission_refusal_says_who_may_drain(stderr: str) -> None:
     assert out == ""
     assert error is not None and error.exit_code == 3
     assert error.message == f"scontrol failed on login01: {stderr}"
-    assert error.fix == cli_audit.PERMISSION_FIX
+    assert error.fix == NODE_UPDATE_FIX

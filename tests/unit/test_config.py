@@ -14,6 +14,7 @@ from cluster_kit.config import (
     effective,
     load_job,
     load_profile,
+    template_lookup,
     validate_files,
 )
 from cluster_kit.errors import InputError, ValidationError
@@ -357,6 +358,13 @@ def test_find_template_by_name_and_by_path(search: SearchPath, tmp_path: Path) -
     assert search.find_template("t/mine.j2", base=tmp_path) == mine
     with pytest.raises(InputError, match="no template 'nope' on the search path"):
         search.find_template("nope")
+
+
+def test_template_lookup_is_what_render_and_find_template_share(tmp_path: Path) -> None:
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    assert template_lookup("ddp", dirs) == (dirs, "ddp.j2")
+    assert template_lookup("t/mine.j2", dirs) == ([Path("t"), *dirs], "mine.j2")
+    assert template_lookup("~/x.j2", dirs) == ([Path.home(), *dirs], "x.j2")
 
 
 def test_builtin_profiles_validate(tmp_path: Path) -> None:

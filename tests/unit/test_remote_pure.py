@@ -192,7 +192,7 @@ def test_alias_fix_files_the_key_under_the_alias() -> None:
 
 
 def test_settings_from_a_profile_section() -> None:
-    settings = SshSettings.from_profile({"host": "login01", "user": "alice", "port": "2222",
+    settings = SshSettings.from_profile({"host": "login01", "user": "alice", "port": 2222,
                                          "connect_timeout": 5, "fanout": 16,
                                          "host_key_policy": "accept-new"})
     assert (settings.user, settings.port, settings.connect_timeout, settings.fanout) == ("alice", 2222, 5.0, 16)
@@ -385,3 +385,9 @@ def test_frames_come_out_whole_however_the_pipe_cuts_them() -> None:
     reader = remote.FrameReader()
     assert reader.feed(stream[:-1]) == messages[:2]
     assert reader.pending > 0  # the last one waits for its final byte
+
+
+def test_settings_keys_are_the_profile_schema_keys() -> None:
+    from cluster_kit import schema, sshconfig
+
+    assert set(sshconfig.SETTING_KEYS) | {"host"} == set(schema.SSH.fields) | set(schema.LOGIN.fields)

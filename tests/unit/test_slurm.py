@@ -461,3 +461,10 @@ def test_local_runner_missing_command_is_a_refusal() -> None:
 def test_local_runner_timeout_is_a_refusal() -> None:
     with pytest.raises(ClusterRefused, match="did not finish within 0.2 s"):
         slurm_runner.LocalRunner().run([sys.executable, "-c", "import time; time.sleep(5)"], timeout=0.2)
+
+
+def test_the_drain_permission_fix_is_only_for_node_updates() -> None:
+    message = "Access/permission denied"
+    assert slurm.fix_for(message, ["scontrol", "update", "NodeName=gpu1", "State=DRAIN"]) == slurm.NODE_UPDATE_FIX
+    assert slurm.fix_for(message, ["scancel", "--verbose", "123"]) is None
+    assert slurm.fix_for("Invalid partition name", ["scontrol", "update"]) == "check slurm.partition against `sinfo -s`"
