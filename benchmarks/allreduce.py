@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python3 benchmarks/allreduce.py [--log FILE] [--json FILE] [sweep options]
 
-Runs ``torchrun --standalone --nproc-per-node=<GPUs> cluster_kit/allreduce_sweep.py``,
+Runs ``torchrun --standalone --nproc-per-node=<GPUs> cluster_kit/node/allreduce_sweep.py``,
 parses the job log like ``clusterkit bench allreduce`` does and prints the summary.
 With one GPU the all-reduce has nobody to talk to: busbw is 0 by nccl-tests'
 formula and algbw only measures NCCL's one-rank path; both are reported as they are.
@@ -25,10 +25,10 @@ import sysconfig
 from pathlib import Path
 from typing import Any
 
-from cluster_kit.allreduce_report import parse_sweep_log, parse_sweep_meta, summarise
+from cluster_kit.report.allreduce import parse_sweep_log, parse_sweep_meta, summarise
 
 ROOT = Path(__file__).resolve().parents[1]
-SWEEP = ROOT / "cluster_kit" / "allreduce_sweep.py"
+SWEEP = ROOT / "cluster_kit" / "node" / "allreduce_sweep.py"
 
 
 def gpu_count() -> int:

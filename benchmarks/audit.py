@@ -27,8 +27,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cluster_kit import audit, audit_report
-from cluster_kit.facts import flatten
+from cluster_kit.fleet import audit
+from cluster_kit.fleet.facts import flatten
+from cluster_kit.report import audit as audit_report
 
 REPEAT = 3
 BUILD_MS = re.compile(r'data-build-ms="(\d+)"')

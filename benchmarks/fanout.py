@@ -17,7 +17,7 @@ and tears it down at the end (each sshd is stopped by its pid):
 
 Every peer runs one remote command per node, `python3 <dir>/probe.py --python
 python3` (the probe as a file, because pdsh cannot feed a script on stdin);
-`clusterkit fan_out` (benchmarks/fanout_child.py) calls `cluster_kit.remote.fan_out` with exactly that command,
+`clusterkit fan_out` (benchmarks/fanout_child.py) calls `cluster_kit.ssh.fanout.fan_out` with exactly that command,
 and `clusterkit preflight` is the real CLI end to end (probe sent on stdin,
 checks evaluated, JSON report). Each peer runs as a subprocess of this script:
 wall is its elapsed time, CPU its whole process tree's user+sys
@@ -201,7 +201,7 @@ def bench_cluster(count: int, servers: int, port: int, jump_delay_ms: float | No
         client_key = keygen(directory / "id_ed25519")
         (directory / "authorized_keys").write_text(client_key + "\n")
         (directory / "authorized_keys").chmod(0o644)
-        shutil.copy(ROOT / "cluster_kit" / "probe.py", directory / "probe.py")
+        shutil.copy(ROOT / "cluster_kit" / "node" / "probe.py", directory / "probe.py")
         (directory / "probe.py").chmod(0o644)
         names = node_names(count)
         addresses = [f"{ADDRESS_PREFIX}{i}" for i in range(1, servers + 1)]

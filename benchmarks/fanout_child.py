@@ -44,11 +44,12 @@ def workers_rss_mb(workers: int) -> float:
 def main(argv: list[str]) -> None:
     client = {"entered": time.monotonic()}
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from cluster_kit import remote
-    from cluster_kit.remote import SshSettings, fan_out, set_timeline_recorder
+    from cluster_kit.ssh import fanout as ssh_fanout
+    from cluster_kit.ssh.fanout import fan_out, set_timeline_recorder
+    from cluster_kit.ssh.settings import SshSettings
 
     if os.environ.get(PROCESSES_ENV):
-        remote.fanout_processes = int(os.environ[PROCESSES_ENV])
+        ssh_fanout.fanout_processes = int(os.environ[PROCESSES_ENV])
 
     client["imported"] = time.monotonic()
     config, fanout, count, command = argv[0], int(argv[1]), int(argv[2]), argv[3:]
@@ -58,7 +59,7 @@ def main(argv: list[str]) -> None:
     if record:
         set_timeline_recorder(lambda host, start, marks: timelines.append((host, start, marks)))
     names = [f"b{i:03d}" for i in range(1, count + 1)]
-    workers = remote._process_count(settings, count)  # what fan_out will choose
+    workers = ssh_fanout._process_count(settings, count)  # what fan_out will choose
     results = fan_out(names, " ".join(command), settings)
     client["returned"] = time.monotonic()
     out: list[str] = []

@@ -1,7 +1,7 @@
 """Where a fan-out's wall time goes: per-connection timelines, summarised.
 
 Pure logic, no SSH: `benchmarks/fanout.py` records each host's marks through
-`cluster_kit.remote.set_timeline_recorder` (monotonic clock, shared by every
+`cluster_kit.ssh.fanout.set_timeline_recorder` (monotonic clock, shared by every
 process on the machine) and hands them here with the times the client process
 was started and ended.
 

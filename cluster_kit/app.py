@@ -16,14 +16,14 @@ class App:
     """What every command needs, built once from the global options."""
 
     def __init__(self, profile_paths: tuple[str, ...], verbose: bool) -> None:
-        from cluster_kit.config import SearchPath
+        from cluster_kit.config.search import SearchPath
 
         self.search = SearchPath.from_environment([Path(p) for p in profile_paths])
         self.verbose = verbose
         self._runners: dict[str, Any] = {}
 
     def job(self, path: str) -> Any:
-        from cluster_kit.config import load_job
+        from cluster_kit.config.load import load_job
 
         return load_job(Path(path), self.search)
 
@@ -44,7 +44,7 @@ class App:
         `offline`, when it lives on the login host and is not looked for."""
         import os
 
-        from cluster_kit import jobscript
+        from cluster_kit.render import jobscript
 
         host = (job.profile.data.get("login") or {}).get("host")
         if host and offline:
@@ -53,7 +53,8 @@ class App:
         return jobscript.check(job.data["script"], job.data["workdir"], job.path, exists, host)
 
     def _exists_on_login(self, profile_data: dict[str, Any]) -> Any:
-        from cluster_kit import jobscript, slurm_runner
+        from cluster_kit.render import jobscript
+        from cluster_kit.slurm import runner as slurm_runner
 
         runner = self.runner(profile_data)
 
@@ -69,9 +70,9 @@ class App:
     def job_problems(self, job: Any, offline: bool = False) -> list[tuple[str, str]]:
         """What `validate` finds beyond the files: a missing script, a template that
         does not render. (key, message) pairs; the message names the fix."""
-        from cluster_kit.config import effective
+        from cluster_kit.config.effective import effective
         from cluster_kit.errors import ClusterKitError
-        from cluster_kit.render import render_job
+        from cluster_kit.render.environment import render_job
 
         problems = []
         script = self.script_problem(job, offline)
@@ -85,7 +86,7 @@ class App:
         return problems
 
     def profile(self, ref: str) -> Any:
-        from cluster_kit.config import load_profile
+        from cluster_kit.config.load import load_profile
 
         return load_profile(ref, self.search)
 
@@ -95,7 +96,7 @@ class App:
         One runner per login section for the whole command, so that the steps of
         a command (sinfo, sbatch, squeue while waiting) share it.
         """
-        from cluster_kit import slurm_runner
+        from cluster_kit.slurm import runner as slurm_runner
 
         login = profile_data.get("login") or {}
         key = repr(sorted(login.items())) if login.get("host") else ""
@@ -114,16 +115,17 @@ class App:
         """
         import dataclasses
 
-        from cluster_kit import remote
+        from cluster_kit.ssh import fanout
+        from cluster_kit.ssh import settings as ssh_settings
 
-        settings = remote.SshSettings.from_profile(profile_data.get("ssh") or {})
+        settings = ssh_settings.SshSettings.from_profile(profile_data.get("ssh") or {})
         if deep and settings.command_timeout < DEEP_COMMAND_TIMEOUT_S:
             settings = dataclasses.replace(settings, command_timeout=DEEP_COMMAND_TIMEOUT_S)
 
         def run(hosts: list[str], command: str, stdin: bytes | None = None, on_result: Any = None) -> list:
             if self.verbose:
                 self.log(f"ssh to {len(hosts)} node(s) {describe_ssh(hosts, settings)}: {command}")
-            return remote.fan_out(hosts, command, settings, stdin=stdin, on_result=on_result)
+            return fanout.fan_out(hosts, command, settings, stdin=stdin, on_result=on_result)
 
         return run
 

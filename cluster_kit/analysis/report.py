@@ -104,7 +104,7 @@ def build_report(traces: list[Trace], job_id: str | None = None,
 
 def format_report(doc: dict[str, Any]) -> str:
     """The report as tables: per rank, collectives, straggler, advice, sweep."""
-    from cluster_kit.report import format_table
+    from cluster_kit.report.text import format_table
 
     head = (f"job {doc['job_id'] or '-'}: {doc['world_size']} rank(s), {doc['steps']} profiled "
             f"step(s), {doc['device'].upper()}")
@@ -135,7 +135,7 @@ def format_report(doc: dict[str, Any]) -> str:
 
 def _collectives_table(ranks: list[dict[str, Any]]) -> str:
     """Rank 0's collectives (every rank of DDP runs the same ones), busbw beside the sweep's."""
-    from cluster_kit.report import format_table
+    from cluster_kit.report.text import format_table
 
     rank = ranks[0]
     rows = [[c["op"], c["bytes"], f"{c['count']:g}", f"{c['ms']:.3f}", f"{c['busbw_gbps']:.3f}",

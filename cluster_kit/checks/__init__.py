@@ -3,7 +3,7 @@
 Only the checks whose expectation or network setting the profile configures
 run; each family module says when (gpu, gpu_health, nccl, rdma, rdma_errors,
 net, system). This
-package runs on the CLI and inside jobs (cluster_kit.injob): standard library
+package runs on the CLI and inside jobs (cluster_kit.checks.injob): standard library
 and `packaging` only.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What every check returns, and the small helpers all check families share.
 
 Checks are pure: probe facts and profile data in, findings out. They also run
-inside a job (cluster_kit.injob bundles this package with `packaging`), so
+inside a job (cluster_kit.checks.injob bundles this package with `packaging`), so
 only the standard library and `packaging` may be imported here.
 """
 from __future__ import annotations

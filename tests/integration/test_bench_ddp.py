@@ -85,7 +85,8 @@ def test_bench_ddp_names_the_straggler_and_ranks_variants(dev_cluster: Any, tmp_
 
 def test_bench_ddp_of_a_job_that_profiles_nothing(dev_cluster: Any, tmp_path: Path) -> None:
     job = yaml.safe_load((REPO / "examples" / "cpu-ddp.yaml").read_text())
-    job.update(name="ck-noprof", output=f"{tmp_path}/%x-%j.out", args=["--steps", "2"])  # train_ddp.py
+    job.update(name="ck-noprof", output=f"{tmp_path}/%x-%j.out", args=["--steps", "2"],
+               script=str(REPO / "examples" / "train_ddp.py"))  # a trainer that profiles nothing
     done = clusterkit(dev_cluster, "bench", "ddp", str(write_yaml(tmp_path / "j.yaml", job)), "--steps", "2")
     assert done.returncode == 1, done.stdout + done.stderr
     error = [line for line in done.stderr.splitlines() if line.startswith("clusterkit: error: ")]

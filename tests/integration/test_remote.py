@@ -22,8 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from cluster_kit import remote
-from cluster_kit.remote import HostResult, SshConnectError, SshSettings
+from cluster_kit.errors import SshConnectError
+from cluster_kit.ssh import fanout
+from cluster_kit.ssh import session as ssh_session
+from cluster_kit.ssh.results import HostResult
+from cluster_kit.ssh.settings import SshSettings
 
 pytestmark = pytest.mark.integration
 
@@ -248,7 +251,7 @@ def fresh_known_hosts(lab: Lab, name: str, text: str = "") -> Path:
 
 
 def test_stdin_round_trip_and_exit_status(lab: Lab) -> None:
-    result = remote.run(A, "tr a-z A-Z; echo done >&2", lab.settings(), stdin=b"hello probe\n")
+    result = fanout.run(A, "tr a-z A-Z; echo done >&2", lab.settings(), stdin=b"hello probe\n")
     assert result.error is None, result.error
     assert (result.ok, result.exit_status) == (True, 0)
     assert result.stdout == "HELLO PROBE\n"
@@ -258,26 +261,26 @@ def test_stdin_round_trip_and_exit_status(lab: Lab) -> None:
 
 def test_large_stdin_reaches_the_command_whole(lab: Lab) -> None:
     data = os.urandom(3 * 1024 * 1024)  # more than one SSH window
-    result = remote.run(A, "wc -c", lab.settings(), stdin=data)
+    result = fanout.run(A, "wc -c", lab.settings(), stdin=data)
     assert result.ok, result.error
     assert result.stdout.strip() == str(len(data))
 
 
 def test_stdin_the_command_does_not_read_is_no_error(lab: Lab) -> None:
-    result = remote.run(A, "echo ignored", lab.settings(), stdin=os.urandom(4 * 1024 * 1024))
+    result = fanout.run(A, "echo ignored", lab.settings(), stdin=os.urandom(4 * 1024 * 1024))
     assert result.ok, result.error
     assert result.stdout == "ignored\n"
 
 
 def test_python_reads_the_script_from_stdin(lab: Lab) -> None:
     script = b"import getpass, json; print(json.dumps({'user': getpass.getuser()}))\n"
-    result = remote.run(A, "python3 -", lab.settings(), stdin=script)
+    result = fanout.run(A, "python3 -", lab.settings(), stdin=script)
     assert result.ok, (result.error, result.stderr)
     assert result.stdout.strip() == '{"user": "ckremote"}'
 
 
 def test_nonzero_exit_status_is_an_answer_not_an_error(lab: Lab) -> None:
-    result = remote.run(A, "echo out; echo err >&2; exit 7", lab.settings())
+    result = fanout.run(A, "echo out; echo err >&2; exit 7", lab.settings())
     assert (result.ok, result.exit_status, result.error) == (False, 7, None)
     assert (result.stdout, result.stderr) == ("out\n", "err\n")
     assert result.reached
@@ -288,7 +291,7 @@ def test_nonzero_exit_status_is_an_answer_not_an_error(lab: Lab) -> None:
 
 def test_unknown_host_is_refused_under_strict(lab: Lab) -> None:
     known = fresh_known_hosts(lab, "empty")
-    result = remote.run(A, "true", lab.settings(known_hosts=str(known)))
+    result = fanout.run(A, "true", lab.settings(known_hosts=str(known)))
     assert not result.ok and result.exit_status is None
     error = result.error or ""
     assert error.startswith("host key verification failed:")
@@ -300,38 +303,38 @@ def test_unknown_host_is_refused_under_strict(lab: Lab) -> None:
 
 def test_accept_new_records_the_key_then_it_is_known(lab: Lab) -> None:
     known = fresh_known_hosts(lab, "accept")
-    first = remote.run(B, "true", lab.settings(known_hosts=str(known), port=B_PORT,
+    first = fanout.run(B, "true", lab.settings(known_hosts=str(known), port=B_PORT,
                                                host_key_policy="accept-new"))
     assert first.ok, first.error
     recorded = known.read_text().splitlines()
     assert recorded == [f"[{B}]:{B_PORT} " + " ".join(lab.host_keys["b"].split()[:2])]
-    second = remote.run(B, "true", lab.settings(known_hosts=str(known), port=B_PORT))
+    second = fanout.run(B, "true", lab.settings(known_hosts=str(known), port=B_PORT))
     assert second.ok, second.error
 
 
 def test_accept_new_records_a_key_once_when_many_connect_at_once(lab: Lab) -> None:
     known = fresh_known_hosts(lab, "race")
     settings = lab.settings(known_hosts=str(known), host_key_policy="accept-new", fanout=16)
-    results = remote.fan_out([A] * 16, "true", settings)
+    results = fanout.fan_out([A] * 16, "true", settings)
     assert all(r.ok for r in results), [r.error for r in results]
     assert len(known.read_text().splitlines()) == 1
 
 
 def test_changed_key_is_refused_even_under_accept_new(lab: Lab) -> None:
     before = lab.known_hosts.read_text()
-    result = remote.run(C, "true", lab.settings(host_key_policy="accept-new"))
+    result = fanout.run(C, "true", lab.settings(host_key_policy="accept-new"))
     error = result.error or ""
     assert not result.ok
     assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in error
     assert lab.fingerprint("c") in error and lab.fingerprint("a") in error
-    assert f"ssh-keygen -f {lab.known_hosts} -R '{C}'" in error
+    assert f"ssh-keygen -f {lab.known_hosts} -R '{C}'" in (result.fix or ""), result.fix
     assert lab.known_hosts.read_text() == before
 
 
 def test_a_host_known_by_its_rsa_key_is_asked_for_that_key(lab: Lab) -> None:
     rsa = " ".join((lab.dir / "hk_t_rsa.pub").read_text().split()[:2])
     known = fresh_known_hosts(lab, "rsa", f"{TARGET} {rsa}\n")
-    result = remote.run(TARGET, "true", lab.settings(known_hosts=str(known)))
+    result = fanout.run(TARGET, "true", lab.settings(known_hosts=str(known)))
     assert result.ok, result.error
 
 
@@ -341,17 +344,17 @@ def test_hash_known_hosts_from_ssh_config_hashes_recorded_names(lab: Lab) -> Non
     known = fresh_known_hosts(lab, "hashed")
     settings = lab.settings(known_hosts=str(known), config_file=str(config),
                             host_key_policy="accept-new")
-    assert remote.run(TARGET, "true", settings).ok
+    assert fanout.run(TARGET, "true", settings).ok
     line = known.read_text()
     assert line.startswith("|1|") and TARGET not in line
     found = subprocess.run(["ssh-keygen", "-F", TARGET, "-f", str(known)], capture_output=True,
                            text=True, check=False)
     assert found.returncode == 0
-    assert remote.run(TARGET, "true", replace(settings, host_key_policy="strict")).ok
+    assert fanout.run(TARGET, "true", replace(settings, host_key_policy="strict")).ok
 
 
 def test_host_key_alias_names_the_known_hosts_entry(lab: Lab) -> None:
-    result = remote.run("ck-aliased", "true", lab.settings())
+    result = fanout.run("ck-aliased", "true", lab.settings())
     assert result.ok, result.error
 
 
@@ -359,14 +362,14 @@ def test_host_key_alias_names_the_known_hosts_entry(lab: Lab) -> None:
 
 
 def test_connection_refused(lab: Lab) -> None:
-    result = remote.run(REFUSED, "true", lab.settings())
+    result = fanout.run(REFUSED, "true", lab.settings())
     assert (result.error or "").startswith("connection refused")
     assert result.elapsed_s < 2
 
 
 def test_silent_listener_times_out_within_connect_timeout(lab: Lab) -> None:
     started = time.monotonic()
-    result = remote.run(SILENT, "true", lab.settings(connect_timeout=2))
+    result = fanout.run(SILENT, "true", lab.settings(connect_timeout=2))
     assert (result.error or "").startswith("no answer within 2s"), result.error
     assert time.monotonic() - started < 2 + 2
 
@@ -383,7 +386,7 @@ def _still_running(pattern: str, wait_s: float = 2.0) -> bool:
 
 def test_command_longer_than_command_timeout_is_cut_off_and_stopped(lab: Lab) -> None:
     started = time.monotonic()
-    result = remote.run(A, "echo partial; exec sleep 31", lab.settings(command_timeout=2))
+    result = fanout.run(A, "echo partial; exec sleep 31", lab.settings(command_timeout=2))
     assert (result.error or "").startswith("no answer within 2s"), result.error
     assert result.exit_status is None and not result.ok
     assert result.stdout == "partial\n"
@@ -393,19 +396,19 @@ def test_command_longer_than_command_timeout_is_cut_off_and_stopped(lab: Lab) ->
 
 def test_a_command_that_never_closes_stdout_is_cut_off(lab: Lab) -> None:
     started = time.monotonic()
-    result = remote.run(A, "sleep 6 & echo started", lab.settings(command_timeout=1))
+    result = fanout.run(A, "sleep 6 & echo started", lab.settings(command_timeout=1))
     assert (result.error or "").startswith("no answer within 1s"), result.error
     assert result.stdout == "started\n"
     assert time.monotonic() - started < 1 + 2
 
 
 def test_unresolvable_host_name(lab: Lab) -> None:
-    result = remote.run("no-such-node.invalid", "true", lab.settings())
+    result = fanout.run("no-such-node.invalid", "true", lab.settings())
     assert (result.error or "").startswith("hostname does not resolve")
 
 
 def test_wrong_key_fails_authentication_naming_user_and_key(lab: Lab) -> None:
-    result = remote.run(A, "true", lab.settings(identity_file=lab.wrong_key))
+    result = fanout.run(A, "true", lab.settings(identity_file=lab.wrong_key))
     error = result.error or ""
     assert error.startswith(f"authentication failed for user {USER} (tried: ")
     assert "id_wrong" in error
@@ -413,7 +416,7 @@ def test_wrong_key_fails_authentication_naming_user_and_key(lab: Lab) -> None:
 
 def test_passphrase_key_fails_fast_with_the_fix(lab: Lab) -> None:
     started = time.monotonic()
-    result = remote.run(A, "true", lab.settings(identity_file=lab.locked_key))
+    result = fanout.run(A, "true", lab.settings(identity_file=lab.locked_key))
     error = result.error or ""
     assert error.startswith(f"authentication failed for user {USER}")
     assert "id_locked needs a passphrase" in error and "ssh-add" in error
@@ -421,7 +424,7 @@ def test_passphrase_key_fails_fast_with_the_fix(lab: Lab) -> None:
 
 
 def test_missing_identity_file_is_named(lab: Lab) -> None:
-    result = remote.run(A, "true", lab.settings(identity_file=str(lab.dir / "nope")))
+    result = fanout.run(A, "true", lab.settings(identity_file=str(lab.dir / "nope")))
     assert "nope not found" in (result.error or "")
 
 
@@ -445,14 +448,14 @@ def agent(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 
 def test_agent_keys_are_tried_after_the_identity_file(lab: Lab, agent: str) -> None:
-    result = remote.run(A, "true", lab.settings(identity_file=lab.locked_key))
+    result = fanout.run(A, "true", lab.settings(identity_file=lab.locked_key))
     assert result.ok, result.error
 
 
 def test_identities_only_keeps_the_agent_out(lab: Lab, agent: str) -> None:
     config = lab.dir / "ssh_config_identities_only"
     config.write_text("Host *\n    IdentitiesOnly yes\n    GlobalKnownHostsFile /dev/null\n")
-    result = remote.run(A, "true", lab.settings(identity_file=lab.wrong_key, config_file=str(config)))
+    result = fanout.run(A, "true", lab.settings(identity_file=lab.wrong_key, config_file=str(config)))
     assert (result.error or "").startswith("authentication failed"), result.error
 
 
@@ -461,7 +464,7 @@ def test_identities_only_keeps_the_agent_out(lab: Lab, agent: str) -> None:
 
 def test_ssh_config_gives_hostname_user_port_and_key(lab: Lab) -> None:
     bare = lab.settings(user=None, identity_file=None)
-    result = remote.run("ck-b", "whoami; echo $SSH_CONNECTION", bare)
+    result = fanout.run("ck-b", "whoami; echo $SSH_CONNECTION", bare)
     assert result.ok, result.error
     user, connection = result.stdout.splitlines()
     assert user == USER
@@ -469,7 +472,7 @@ def test_ssh_config_gives_hostname_user_port_and_key(lab: Lab) -> None:
 
 
 def test_profile_settings_win_over_ssh_config(lab: Lab) -> None:
-    result = remote.run("ck-b", "true", lab.settings(port=22))
+    result = fanout.run("ck-b", "true", lab.settings(port=22))
     assert (result.error or "").startswith(f"connection refused ({B} port 22)")
 
 
@@ -479,37 +482,37 @@ def _jump_log_count(lab: Lab, text: str) -> int:
 
 def test_proxy_jump_from_the_profile(lab: Lab) -> None:
     channels_before = _jump_log_count(lab, f"target {TARGET} port 22")
-    result = remote.run(TARGET, "echo $SSH_CONNECTION", lab.settings(proxy_jump=A))
+    result = fanout.run(TARGET, "echo $SSH_CONNECTION", lab.settings(proxy_jump=A))
     assert result.ok, result.error
     assert _jump_log_count(lab, f"target {TARGET} port 22") == channels_before + 1
 
 
 def test_proxy_jump_from_ssh_config(lab: Lab) -> None:
-    result = remote.run("ck-jumped", "hostname", lab.settings())
+    result = fanout.run("ck-jumped", "hostname", lab.settings())
     assert result.ok, result.error
 
 
 def test_many_hosts_behind_one_jump_share_one_login(lab: Lab) -> None:
     logins_before = _jump_log_count(lab, "Accepted publickey")
-    results = remote.fan_out([TARGET] * 20, "true", lab.settings(proxy_jump=A, fanout=8))
+    results = fanout.fan_out([TARGET] * 20, "true", lab.settings(proxy_jump=A, fanout=8))
     assert [r.ok for r in results] == [True] * 20, [r.error for r in results]
     assert _jump_log_count(lab, "Accepted publickey") == logins_before + 1
 
 
 def test_target_refused_behind_the_jump_host(lab: Lab) -> None:
-    result = remote.run(REFUSED, "true", lab.settings(proxy_jump=A))
+    result = fanout.run(REFUSED, "true", lab.settings(proxy_jump=A))
     assert (result.error or "").startswith(f"connection refused ({REFUSED} port 22, via the jump host")
 
 
 def test_unreachable_jump_host_is_named(lab: Lab) -> None:
-    results = remote.fan_out([TARGET, A], "true", lab.settings(proxy_jump=REFUSED))
+    results = fanout.fan_out([TARGET, A], "true", lab.settings(proxy_jump=REFUSED))
     for result in results:
         assert (result.error or "").startswith(f"jump host {REFUSED}: connection refused"), result.error
 
 
 def test_silent_target_behind_the_jump_host_times_out(lab: Lab) -> None:
     started = time.monotonic()
-    result = remote.run(SILENT, "true", lab.settings(proxy_jump=A, connect_timeout=2))
+    result = fanout.run(SILENT, "true", lab.settings(proxy_jump=A, connect_timeout=2))
     assert (result.error or "").startswith("no answer within 2s"), result.error
     assert time.monotonic() - started < 2 * 2 + 2
 
@@ -529,16 +532,16 @@ def _mixed_hosts() -> list[str]:
 @pytest.mark.parametrize("processes", [1, 2], ids=["threads", "2-processes"])
 def test_fan_out_answers_every_host_in_order_within_the_deadline(lab: Lab, processes: int,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(remote, "fanout_processes", processes)
+    monkeypatch.setattr(fanout, "fanout_processes", processes)
     started_shards: list[object] = []
-    start_shard = remote._start_shard
-    monkeypatch.setattr(remote, "_start_shard", lambda *a: started_shards.append(start_shard(*a))
+    start_shard = fanout._start_shard
+    monkeypatch.setattr(fanout, "_start_shard", lambda *a: started_shards.append(start_shard(*a))
                         or started_shards[-1])
     hosts = _mixed_hosts()
     seen: list[HostResult] = []
     settings = lab.settings(user=USER, connect_timeout=2, command_timeout=5, fanout=32)
     started = time.monotonic()
-    results = remote.fan_out(hosts, "hostname >/dev/null; echo ok", settings, on_result=seen.append)
+    results = fanout.fan_out(hosts, "hostname >/dev/null; echo ok", settings, on_result=seen.append)
     elapsed = time.monotonic() - started
     assert [r.host for r in results] == hosts
     assert sorted(r.host for r in seen) == sorted(hosts)
@@ -559,12 +562,12 @@ def test_fan_out_over_processes_records_timelines_and_answers_for_a_dead_worker(
         lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
     """Worker 0 gets the refused hosts (answered at once), worker 1 the sleeping ones;
     killing worker 1 when the first answer comes leaves its hosts an error naming that."""
-    monkeypatch.setattr(remote, "fanout_processes", 2)
-    shards: list[remote._Shard] = []
-    start_shard = remote._start_shard
-    monkeypatch.setattr(remote, "_start_shard", lambda *a: shards.append(start_shard(*a)) or shards[-1])
+    monkeypatch.setattr(fanout, "fanout_processes", 2)
+    shards: list[fanout._Shard] = []
+    start_shard = fanout._start_shard
+    monkeypatch.setattr(fanout, "_start_shard", lambda *a: shards.append(start_shard(*a)) or shards[-1])
     recorded: list[tuple[str, float, list[tuple[str, float]]]] = []
-    remote.set_timeline_recorder(lambda host, start, marks: recorded.append((host, start, marks)))
+    fanout.set_timeline_recorder(lambda host, start, marks: recorded.append((host, start, marks)))
     killed: list[int] = []
 
     def kill_sleepers(result: HostResult) -> None:
@@ -573,10 +576,10 @@ def test_fan_out_over_processes_records_timelines_and_answers_for_a_dead_worker(
             os.kill(shards[1].pid, signal.SIGKILL)
 
     try:
-        results = remote.fan_out([REFUSED, A] * 4, "sleep 5", lab.settings(fanout=4),
+        results = fanout.fan_out([REFUSED, A] * 4, "sleep 5", lab.settings(fanout=4),
                                  on_result=kill_sleepers)
     finally:
-        remote.set_timeline_recorder(None)
+        fanout.set_timeline_recorder(None)
     assert [r.host for r in results] == [REFUSED, A] * 4
     for result in results[0::2]:
         assert (result.error or "").startswith("connection refused"), result.error
@@ -590,20 +593,20 @@ def test_fan_out_over_processes_records_timelines_and_answers_for_a_dead_worker(
 
 def test_fan_out_keeps_to_the_fanout_limit(lab: Lab) -> None:
     started = time.monotonic()
-    results = remote.fan_out([A] * 6, "sleep 0.6", lab.settings(fanout=2))
+    results = fanout.fan_out([A] * 6, "sleep 0.6", lab.settings(fanout=2))
     elapsed = time.monotonic() - started
     assert all(r.ok for r in results)
     assert elapsed >= 3 * 0.6, elapsed
 
 
 def test_fan_out_of_no_hosts(lab: Lab) -> None:
-    assert remote.fan_out([], "true", lab.settings()) == []
+    assert fanout.fan_out([], "true", lab.settings()) == []
 
 
 def test_fan_out_speed_200_connections_at_fanout_32(lab: Lab) -> None:
     hosts = [f"good-{'ab'[i % 2]}-{i:03d}" for i in range(200)]
     started = time.monotonic()
-    results = remote.fan_out(hosts, "ls /sys/class", lab.settings(fanout=32))
+    results = fanout.fan_out(hosts, "ls /sys/class", lab.settings(fanout=32))
     elapsed = time.monotonic() - started
     assert all(r.ok for r in results), {r.error for r in results if not r.ok}
     print(f"fan_out: 200 connections at fanout 32 in {elapsed:.2f}s")
@@ -614,7 +617,7 @@ def test_fan_out_speed_200_connections_at_fanout_32(lab: Lab) -> None:
 
 
 def test_open_client_runs_several_commands_on_one_connection(lab: Lab) -> None:
-    with remote.open_client("ck-b", lab.settings(user=None)) as session:
+    with ssh_session.open_client("ck-b", lab.settings(user=None)) as session:
         first = session.run("echo $SSH_CONNECTION")
         second = session.run("cat", stdin=b"again")
         slow = session.run("exec sleep 32", timeout=1)
@@ -626,7 +629,7 @@ def test_open_client_runs_several_commands_on_one_connection(lab: Lab) -> None:
 
 
 def test_open_client_raises_a_cluster_refused_error(lab: Lab) -> None:
-    with pytest.raises(SshConnectError) as info, remote.open_client(REFUSED, lab.settings()):
+    with pytest.raises(SshConnectError) as info, ssh_session.open_client(REFUSED, lab.settings()):
         pass
     assert info.value.exit_code == 3
     assert "connection refused" in info.value.format_message()

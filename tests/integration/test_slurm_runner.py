@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from cluster_kit import slurm_runner
 from cluster_kit.errors import ClusterRefused
+from cluster_kit.slurm import jobs
+from cluster_kit.slurm import runner as slurm_runner
 
 pytestmark = pytest.mark.integration
 
@@ -31,50 +32,50 @@ def options(tmp_path: Path) -> dict[str, Any]:
 
 def wait_for_phase(runner: slurm_runner.LocalRunner, job_id: str, phase: str) -> None:
     deadline = time.monotonic() + 60
-    while slurm_runner.job_status(runner, job_id).phase != phase:
+    while jobs.job_status(runner, job_id).phase != phase:
         assert time.monotonic() < deadline, f"job {job_id} never became {phase}"
         time.sleep(0.2)
 
 
 def test_a_job_that_succeeds(runner: slurm_runner.LocalRunner, options: dict[str, Any]) -> None:
-    job_id = slurm_runner.submit(runner, "#!/bin/bash\necho hello from $SLURM_JOB_ID\n",
+    job_id = jobs.submit(runner, "#!/bin/bash\necho hello from $SLURM_JOB_ID\n",
                                  options={**options, "job-name": "ck-it-ok", "nodes": 2})
-    assert slurm_runner.wait(runner, job_id, poll=0.2, timeout=120) == 0
-    status = slurm_runner.job_status(runner, job_id)
+    assert jobs.wait(runner, job_id, poll=0.2, timeout=120) == 0
+    status = jobs.job_status(runner, job_id)
     assert (status.state, status.exit_status, status.nodes) == ("COMPLETED", 0, "n[1-2]")
-    assert slurm_runner.is_finished(runner, job_id)
-    assert slurm_runner.job_output_path(runner, job_id) == f"{options['chdir']}/ck-it-ok-{job_id}.out"
-    output = slurm_runner.read_output(runner, job_id)
+    assert jobs.is_finished(runner, job_id)
+    assert jobs.job_output_path(runner, job_id) == f"{options['chdir']}/ck-it-ok-{job_id}.out"
+    output = jobs.read_output(runner, job_id)
     assert output == f"hello from {job_id}\n"
-    assert slurm_runner.read_output(runner, job_id, offset=len("hello from ")) == f"{job_id}\n"
+    assert jobs.read_output(runner, job_id, offset=len("hello from ")) == f"{job_id}\n"
 
 
 def test_a_job_that_exits_3(runner: slurm_runner.LocalRunner, options: dict[str, Any]) -> None:
-    job_id = slurm_runner.submit(runner, "", options={**options, "job-name": "ck-it-fail",
+    job_id = jobs.submit(runner, "", options={**options, "job-name": "ck-it-fail",
                                                       "wrap": "echo failing; exit 3"})
-    assert slurm_runner.wait(runner, job_id, poll=0.2, timeout=120) == 3
-    status = slurm_runner.job_status(runner, job_id)
+    assert jobs.wait(runner, job_id, poll=0.2, timeout=120) == 3
+    status = jobs.job_status(runner, job_id)
     assert (status.state, str(status.exit_code), status.reason) == ("FAILED", "3:0", "NonZeroExitCode")
 
 
 def test_cancel_a_running_job(runner: slurm_runner.LocalRunner, options: dict[str, Any]) -> None:
-    job_id = slurm_runner.submit(runner, "", options={**options, "job-name": "ck-it-long",
+    job_id = jobs.submit(runner, "", options={**options, "job-name": "ck-it-long",
                                                       "wrap": "sleep 300"})
     try:
         wait_for_phase(runner, job_id, "running")
-        assert slurm_runner.job_status(runner, job_id).source == "squeue"
-        assert slurm_runner.cancel(runner, job_id) is True
-        code = slurm_runner.wait(runner, job_id, poll=0.2, timeout=60)
+        assert jobs.job_status(runner, job_id).source == "squeue"
+        assert jobs.cancel(runner, job_id) is True
+        code = jobs.wait(runner, job_id, poll=0.2, timeout=60)
     finally:
-        slurm_runner.cancel(runner, job_id)
+        jobs.cancel(runner, job_id)
     assert code != 0
-    assert slurm_runner.job_status(runner, job_id).state == "CANCELLED"
-    assert slurm_runner.cancel(runner, job_id) is False  # already ended: not an error
+    assert jobs.job_status(runner, job_id).state == "CANCELLED"
+    assert jobs.cancel(runner, job_id) is False  # already ended: not an error
 
 
 def test_test_only_accepts_a_possible_job(runner: slurm_runner.LocalRunner,
                                           options: dict[str, Any]) -> None:
-    message = slurm_runner.submit(runner, "", test_only=True,
+    message = jobs.submit(runner, "", test_only=True,
                                   options={**options, "nodes": 2, "gpus-per-node": 4, "wrap": "true"})
     assert message.startswith("Job ") and "to start at" in message
     assert message.endswith("in partition debug")
@@ -83,7 +84,7 @@ def test_test_only_accepts_a_possible_job(runner: slurm_runner.LocalRunner,
 def test_test_only_refuses_an_impossible_job(runner: slurm_runner.LocalRunner,
                                              options: dict[str, Any]) -> None:
     with pytest.raises(ClusterRefused) as info:
-        slurm_runner.submit(runner, "", test_only=True,
+        jobs.submit(runner, "", test_only=True,
                             options={**options, "gpus-per-node": 8, "wrap": "true"})
     assert info.value.exit_code == 3
     assert "Requested node configuration is not available" in info.value.message
@@ -93,19 +94,19 @@ def test_test_only_refuses_an_impossible_job(runner: slurm_runner.LocalRunner,
 def test_submit_refusal_carries_slurms_message(runner: slurm_runner.LocalRunner,
                                                options: dict[str, Any]) -> None:
     with pytest.raises(ClusterRefused, match="Batch job submission failed: Requested node"):
-        slurm_runner.submit(runner, "", options={**options, "gpus-per-node": 8, "wrap": "true"})
+        jobs.submit(runner, "", options={**options, "gpus-per-node": 8, "wrap": "true"})
 
 
 def test_unknown_job(runner: slurm_runner.LocalRunner) -> None:
     with pytest.raises(ClusterRefused, match="does not know job 987654"):
-        slurm_runner.job_status(runner, "987654")
-    assert slurm_runner.is_finished(runner, "987654")
+        jobs.job_status(runner, "987654")
+    assert jobs.is_finished(runner, "987654")
     with pytest.raises(ClusterRefused, match="Invalid job id specified"):
-        slurm_runner.cancel(runner, "987654")
+        jobs.cancel(runner, "987654")
 
 
 def test_partition_nodes(runner: slurm_runner.LocalRunner, dev_cluster: Any) -> None:
-    assert slurm_runner.partition_nodes(runner, "debug") == dev_cluster.slurm_nodes
+    assert jobs.partition_nodes(runner, "debug") == dev_cluster.slurm_nodes
 
 
 # ---------------------------------------------------------------- through the login node
@@ -130,16 +131,16 @@ def shared_dir() -> Iterator[Path]:
 
 def test_login_runner_submits_waits_and_reads(login_runner: slurm_runner.LoginRunner,
                                               shared_dir: Path) -> None:
-    job_id = slurm_runner.submit(login_runner, "#!/bin/bash\necho \"it's $(whoami)\"\nexit 3\n",
+    job_id = jobs.submit(login_runner, "#!/bin/bash\necho \"it's $(whoami)\"\nexit 3\n",
                                  options={"output": f"{shared_dir}/%j.out", "chdir": str(shared_dir),
                                           "job-name": "ck it login"})
-    assert slurm_runner.wait(login_runner, job_id, poll=0.2, timeout=120) == 3
-    assert slurm_runner.read_output(login_runner, job_id) == "it's ckuser\n"
+    assert jobs.wait(login_runner, job_id, poll=0.2, timeout=120) == 3
+    assert jobs.read_output(login_runner, job_id) == "it's ckuser\n"
 
 
 def test_login_runner_refusal_carries_slurms_message(login_runner: slurm_runner.LoginRunner) -> None:
     with pytest.raises(ClusterRefused) as info:
-        slurm_runner.submit(login_runner, "", test_only=True,
+        jobs.submit(login_runner, "", test_only=True,
                             options={"gpus-per-node": 8, "wrap": "true"})
     assert "on login" in info.value.message
     assert "Requested node configuration is not available" in info.value.message
@@ -151,7 +152,7 @@ def test_login_runner_unreachable_host(dev_cluster: Any) -> None:
         "known_hosts": str(dev_cluster.known_hosts), "config_file": str(dev_cluster.ssh_config),
         "connect_timeout": 5})
     with pytest.raises(ClusterRefused, match="cannot run squeue on refuse"):
-        slurm_runner.job_status(runner, "1")
+        jobs.job_status(runner, "1")
 
 
 def test_login_runner_keeps_one_connection_and_replaces_a_dropped_one(dev_cluster: Any) -> None:

@@ -7,7 +7,7 @@ debug) reachable through $SLURM_CONF, and no other jobs. Usage:
     SLURM_CONF=... python tests/data/slurm/capture.py accounting WORKDIR   # needs slurmdbd
 
 Each case writes `<case>.stdout` and `<case>.stderr` verbatim and records its
-argv and exit status in `cases.json`. The argv comes from cluster_kit.slurm's
+argv and exit status in `cases.json`. The argv comes from cluster_kit.slurm.builders's
 builders, so the fixtures are exactly what the parsers meet in production.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from cluster_kit import slurm
+from cluster_kit.slurm import builders as slurm
 
 HERE = Path(__file__).resolve().parent
 INDEX = HERE / "cases.json"

@@ -1,0 +1,41 @@
+"""Benchmarks that run as Slurm jobs: bench allreduce."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from cluster_kit.app import App, pass_app
+from cluster_kit.commands.jobs import JOB_FILE, sbatch_job, state_reporter
+from cluster_kit.errors import CheckFailed
+
+
+@click.group()
+def bench() -> None:
+    """Benchmarks that run as Slurm jobs."""
+
+
+@bench.command("allreduce")
+@click.argument("job_file", type=JOB_FILE)
+@click.option("--max-bytes", default=None, help="Largest message (e.g. 64M, 4G).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
+@pass_app
+def bench_allreduce(app: App, job_file: str, max_bytes: str | None, as_json: bool) -> None:
+    """Submit an all-reduce bandwidth sweep with JOB_FILE's resources; report algbw/busbw."""
+    from cluster_kit.render.sweep import render_allreduce
+    from cluster_kit.report import allreduce as allreduce_report
+    from cluster_kit.slurm import jobs
+
+    job = app.job(job_file)
+    runner = app.runner(job.profile.data)
+    job_id = sbatch_job(app, job, render_allreduce(app, job, max_bytes))
+    click.echo(f"submitted all-reduce sweep as job {job_id}", err=True)
+    code = jobs.wait(runner, job_id, on_status=state_reporter(job_id), cancel_never_start=True)
+    log = jobs.read_output(runner, job_id, 0)
+    expect = (job.profile.data.get("expect") or {}).get("allreduce_busbw_gbps")
+    table, doc, passed = allreduce_report.summarise(allreduce_report.parse_sweep_log(log), expect)
+    click.echo(json.dumps(doc, indent=2) if as_json else table)
+    if code != 0 or not passed:
+        raise CheckFailed(f"all-reduce sweep job {job_id} " +
+                          (f"exited with {code}" if code else f"busbw below {expect} GB/s"),
+                          fix=f"read the job's log: clusterkit logs {job_id}")

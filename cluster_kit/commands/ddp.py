@@ -1,0 +1,120 @@
+"""Commands about a DDP step's time: `bench ddp` (profile a job) and `analyze` (traces)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cluster_kit.app import App, pass_app
+from cluster_kit.errors import CheckFailed, InputError
+
+FORMATS = ("table", "json", "html")
+
+
+def format_options(f: Any) -> Any:
+    f = click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report here.")(f)
+    f = click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
+                     help="table (default), json or html (one self-contained page).")(f)
+    return click.option("--json", "as_json", is_flag=True, help="Same as --format json.")(f)
+
+
+def pick_format(as_json: bool, fmt: str | None) -> str:
+    if as_json and fmt not in (None, "json"):
+        raise click.UsageError(f"--json and --format {fmt} disagree; give one of them")
+    return "json" if as_json else fmt or "table"
+
+
+def emit(doc: dict[str, Any], results: list[Any], fmt: str, output: str | None) -> None:
+    """Print (or write) the report in the chosen format."""
+    from cluster_kit.analysis import html, report
+
+    if fmt == "json":
+        text = json.dumps(doc, indent=2) + "\n"
+    elif fmt == "html":
+        text = html.render_html(doc, results)
+    else:
+        text = report.format_report(doc) + "\n"
+    if not output:
+        click.echo(text, nl=False)
+        return
+    try:
+        Path(output).write_text(text)
+    except OSError as exc:
+        raise InputError(f"-o {output}: cannot write the report: {exc.strerror}",
+                         fix="write it into an existing folder you can write to") from None
+    click.echo(f"wrote {output}", err=True)
+
+
+def analysed(traces: list[Any], job_id: str | None, allreduce_rows: list[Any] | None,
+             variants: list[str] | None = None, done: Any = None) -> tuple[dict[str, Any], list[Any]]:
+    """The report, with a bad trace turned into one error line."""
+    from cluster_kit.analysis.report import build_report
+    from cluster_kit.analysis.traces import TraceError
+
+    try:
+        return build_report(traces, job_id, allreduce_rows, variants, done)
+    except TraceError as exc:
+        raise InputError(str(exc), fix="point at a folder of torch.profiler Chrome traces, one per rank") from None
+
+
+@click.command()
+@click.argument("folder", type=click.Path(file_okay=False))
+@click.option("--allreduce-json", metavar="FILE", help="A `bench allreduce --json` result to set beside the collectives.")
+@format_options
+def analyze(folder: str, allreduce_json: str | None, as_json: bool, fmt: str | None, output: str | None) -> None:
+    """Where each rank's step time goes, from PyTorch profiler traces in FOLDER."""
+    from cluster_kit.analysis.pool import analyse_files
+    from cluster_kit.analysis.traces import TraceError, folder_traces
+    from cluster_kit.commands.bench_ddp import read_allreduce_json
+
+    fmt = pick_format(as_json, fmt)
+    rows = read_allreduce_json(allreduce_json) if allreduce_json else None
+    try:
+        traces, done = analyse_files(folder_traces(Path(folder)))
+    except TraceError as exc:
+        raise InputError(str(exc), fix="point at a folder of torch.profiler Chrome traces, one per rank") from None
+    doc, results = analysed(traces, None, rows, done=done)
+    emit(doc, results, fmt, output)
+
+
+@click.command("ddp")
+@click.argument("job_file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--steps", type=int, default=20, show_default=True, help="Training steps to record per rank.")
+@click.option("--sweep", is_flag=True, help="Run the DDP variants side by side in the job; compare step times.")
+@click.option("--variant", "variants", multiple=True, metavar="NAME",
+              help="With --sweep: only these variants (repeatable), e.g. bucket_cap_mb=100.")
+@click.option("--allreduce-json", metavar="FILE", help="A `bench allreduce --json` result to set beside the collectives.")
+@format_options
+@pass_app
+def bench_ddp(app: App, job_file: str, steps: int, sweep: bool, variants: tuple[str, ...],
+              allreduce_json: str | None, as_json: bool, fmt: str | None, output: str | None) -> None:
+    """Submit JOB_FILE with step profiling on; report where each rank's step time goes."""
+    from cluster_kit.commands import bench_ddp as core
+    from cluster_kit.commands.jobs import job_output_dir, sbatch_job, state_reporter
+    from cluster_kit.config.effective import effective
+    from cluster_kit.render.environment import render_job
+    from cluster_kit.slurm import jobs
+
+    fmt = pick_format(as_json, fmt)
+    if variants and not sweep:
+        raise click.UsageError("--variant picks variants of --sweep; add --sweep")
+    rows = core.read_allreduce_json(allreduce_json) if allreduce_json else None
+    job = app.checked_job(job_file)
+    settings = effective(job)
+    chosen = core.choose_variants(bool(settings["cuda_graphs"]), variants) if sweep else None
+    trace_dir = core.profile_dir(job_output_dir(job), settings["workdir"])
+    script = render_job(core.profiled_settings(settings, steps, trace_dir), app.search.template_dirs(),
+                        extra={"ddp_variants": chosen} if chosen else None)
+    runner = app.runner(job.profile.data)
+    runner.run(["mkdir", "-p", trace_dir])
+    job_id = sbatch_job(app, job, script)
+    click.echo(f"submitted {job.data['name']} with {steps} profiled steps as job {job_id}; "
+               f"traces go to {trace_dir}", err=True)
+    code = jobs.wait(runner, job_id, on_status=state_reporter(job_id))
+    traces = core.fetch_traces(runner, trace_dir, job_id)
+    doc, results = analysed(traces, job_id, rows, chosen)
+    emit(doc, results, fmt, output)
+    if code != 0:
+        raise CheckFailed(f"job {job_id} exited with {code}", fix=f"read the job's log: clusterkit logs {job_id}")

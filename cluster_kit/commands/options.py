@@ -1,0 +1,104 @@
+"""What the commands share: --profile/--nodes options, node selection, output files."""
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from cluster_kit.app import App
+from cluster_kit.errors import InputError
+
+
+def profile_option(f: Callable | None = None, *, required: bool = True,
+                   help: str = "Profile name or path (default: $CLUSTERKIT_PROFILE).") -> Callable:
+    """The --profile option (name or path, $CLUSTERKIT_PROFILE) of every command.
+
+    `@profile_option` for commands that need a profile, or
+    `@profile_option(required=False, help=...)` where it only names the login host.
+    """
+    option = click.option("--profile", "profile_ref", envvar="CLUSTERKIT_PROFILE", required=required,
+                          help=help)
+    return option(f) if f is not None else option
+
+
+def nodes_option(f: Callable) -> Callable:
+    return click.option("--nodes", "nodes_expr", metavar="HOSTLIST",
+                        help="Slurm hostlist; default: the profile's nodes, else sinfo -p PARTITION.")(f)
+
+
+def select_nodes(app: App, profile: Any, nodes_expr: str | None) -> list[str]:
+    """The nodes to look at: --nodes, else the profile's `nodes`, else sinfo."""
+    from cluster_kit import hostlist
+    from cluster_kit.slurm import jobs
+
+    if nodes_expr is not None and not nodes_expr.strip():
+        raise InputError("--nodes is empty", fix="give a Slurm hostlist such as gpu[001-004,010], "
+                         "or leave --nodes out to use the profile's nodes")
+    expr = nodes_expr or profile.data.get("nodes")
+    if expr:
+        try:
+            nodes = hostlist.expand(expr)
+        except ValueError as exc:
+            raise InputError(f"--nodes {expr!r}: {exc}", fix="write a Slurm hostlist such as gpu[001-004,010]")
+        if nodes_expr:
+            warn_outside(nodes, profile)
+        return nodes
+    partition = (profile.data.get("slurm") or {}).get("partition")
+    return jobs.partition_nodes(app.runner(profile.data), partition)
+
+
+def nodes_outside(nodes: list[str], profile_nodes: str | None) -> list[str]:
+    """The nodes that the profile's `nodes` hostlist does not list (none when it lists none)."""
+    from cluster_kit import hostlist
+
+    if not profile_nodes:
+        return []
+    listed = set(hostlist.expand(profile_nodes))
+    return [node for node in nodes if node not in listed]
+
+
+def warn_outside(nodes: list[str], profile: Any) -> None:
+    """Say on stderr when --nodes names nodes the profile does not list: they are
+    checked against this profile's expectations, which may not be theirs."""
+    from cluster_kit import hostlist
+
+    outside = nodes_outside(nodes, profile.data.get("nodes"))
+    if outside:
+        one = len(outside) == 1
+        click.echo(f"clusterkit: warning: --nodes {hostlist.fold(outside)} {'is' if one else 'are'} not in "
+                   f"profile {profile.name}'s nodes ({profile.data['nodes']}); checking "
+                   f"{'it' if one else 'them'} against its expectations anyway", err=True)
+
+
+def write_output(option: str, path: str, text: str, what: str) -> None:
+    """Write a file the user named with `option`; InputError (exit 2) when it cannot be."""
+    from pathlib import Path
+
+    try:
+        Path(path).write_text(text)
+    except OSError as exc:
+        raise InputError(f"{option} {path}: cannot write {what}: {exc.strerror or exc}",
+                         fix="write it into an existing folder you can write to") from None
+
+
+def progress(total: int) -> Callable[[Any], None] | None:
+    """A per-node progress callback on stderr, only on a terminal."""
+    if not sys.stderr.isatty():
+        return None
+    done = [0]
+
+    def tick(_result: Any) -> None:
+        done[0] += 1
+        click.echo(f"\rprobed {done[0]}/{total}", err=True, nl=done[0] == total)
+
+    return tick
+
+
+def run_preflight_for(app: App, profile: Any, nodes: list[str], deep: bool) -> tuple[dict, dict]:
+    """Preflight `nodes` of `profile`: the report and the facts of each node."""
+    from cluster_kit.fleet.preflight import run_preflight
+
+    return run_preflight(nodes, profile.data, app.fan_out(profile.data, deep), deep=deep,
+                         on_result=progress(len(nodes)))

@@ -1,0 +1,123 @@
+"""Effective job settings: what templates and slurm/ consume (docs/architecture.md)."""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cluster_kit.config import specs, vocab
+from cluster_kit.config.launch import default_tasks_per_node
+from cluster_kit.config.search import _looks_like_path
+from cluster_kit.render import jobscript
+from cluster_kit.slurm.builders import SBATCH_VALUE_KEYS
+
+if TYPE_CHECKING:
+    from cluster_kit.config.load import Job
+
+
+_SLURM_KEYS = (*SBATCH_VALUE_KEYS, "exclusive")
+
+
+def effective(job: Job) -> dict[str, Any]:
+    """The job's settings as templates and slurm.py consume them (docs/architecture.md).
+
+    Job values win over the profile's: `gpus_per_node`, `time`, `slurm`, `nccl`
+    (any network key, plus `debug`), `env` (merged over the profile's env).
+    """
+    j, p = job.data, job.profile.data
+    gpus = _first(j.get("gpus_per_node"), j["slurm"].get("gpus_per_node"),
+                  p["slurm"].get("gpus_per_node"))
+    return {
+        "name": j["name"],
+        "profile_name": job.profile.name,
+        "nodes": j["nodes"],
+        "gpus_per_node": gpus,
+        "ntasks_per_node": _tasks_per_node(j, p, gpus),
+        "launcher": j["launcher"],
+        "script": jobscript.runtime_script(j["script"], j["workdir"], job.path),
+        "args": [str(a) for a in j["args"]],
+        "workdir": j["workdir"],
+        "output": j["output"],
+        "preflight": j["preflight"],
+        "cuda_graphs": j["cuda_graphs"],
+        "template": job_template(j["template"], job.path),
+        "master_port": j["master_port"],
+        "slurm": _effective_slurm(p["slurm"], j["slurm"], j.get("time")),
+        "network": _effective_network(p["network"], j["nccl"]),
+        "environment": _effective_environment(p["environment"], j["env"]),
+        "expect": dict(p["expect"]),
+        "container": j.get("container"),
+    }
+
+
+def job_template(ref: str, job_file: Path) -> str:
+    """A template name as is; a template path resolved against the job file's folder."""
+    if not _looks_like_path(ref, (".j2",)):
+        return ref
+    path = Path(ref).expanduser()
+    return str(path if path.is_absolute() else Path(os.path.abspath(job_file)).parent / path)
+
+
+def _first(*values: Any) -> Any:
+    return next((v for v in values if v is not None), None)
+
+
+def _tasks_per_node(job: Mapping[str, Any], profile: Mapping[str, Any], gpus: Any) -> int:
+    """Explicit job value; else 1 for torchrun; else the profile's value (unless the job
+    changed the GPU count); else one task per GPU."""
+    explicit = job["slurm"].get("ntasks_per_node")
+    if explicit is not None:
+        return int(explicit)
+    if job["launcher"] == "torchrun":
+        return 1
+    job_gpus = _first(job.get("gpus_per_node"), job["slurm"].get("gpus_per_node"))
+    if job_gpus is None and profile["slurm"].get("ntasks_per_node") is not None:
+        return int(profile["slurm"]["ntasks_per_node"])
+    return default_tasks_per_node(job["launcher"], gpus)
+
+
+def _effective_slurm(profile: Mapping[str, Any], job: Mapping[str, Any],
+                     job_time: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {key: _first(job.get(key), profile.get(key)) for key in _SLURM_KEYS}
+    out["time"] = _first(job_time, job.get("time"), profile.get("time"))
+    for key in ("mem", "time"):
+        out[key] = None if out[key] is None else str(out[key])
+    extra = {**_sbatch_extra(profile), **_sbatch_extra(job)}
+    out["extra"] = {option: value for option, value in extra.items() if value is not None}
+    return out
+
+
+def _sbatch_extra(slurm: Mapping[str, Any]) -> dict[str, str | None]:
+    """Extra sbatch options of one slurm section, dashed; true -> "" (a bare flag),
+    false -> None (switched off, so a job can drop a profile's flag)."""
+    named = set(specs.SLURM_NAMED) | {"sbatch"}
+    pairs = [(k, v) for k, v in slurm.items() if k not in named]
+    pairs += list((slurm.get("sbatch") or {}).items())
+    out: dict[str, str | None] = {}
+    for key, value in pairs:
+        option = vocab.sbatch_option(str(key).lstrip("-"))
+        out.pop(option, None)  # a later spelling moves the option to its new place
+        out[option] = "" if value is True else None if value is False else str(value)
+    return out
+
+
+def _effective_network(profile: Mapping[str, Any], nccl: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {key: nccl[key] if nccl.get(key) is not None else profile.get(key)
+                           for key in specs.NETWORK_FIELDS if key != "nccl_env"}
+    out["ib_hca"] = [str(hca) for hca in out.get("ib_hca") or []]
+    env = {**(profile.get("nccl_env") or {}), **(nccl.get("nccl_env") or {})}
+    out["nccl_env"] = {name: str(value) for name, value in env.items()}
+    debug = nccl.get("debug")
+    out["debug"] = debug.upper() if isinstance(debug, str) else None
+    return out
+
+
+def _effective_environment(profile: Mapping[str, Any], job_env: Mapping[str, Any]) -> dict[str, Any]:
+    env = {**(profile.get("env") or {}), **job_env}
+    return {
+        "modules": [str(m) for m in profile.get("modules") or []],
+        "setup": [str(s) for s in profile.get("setup") or []],
+        "python": profile.get("python") or "python3",
+        "env": {name: str(value) for name, value in env.items()},
+    }

@@ -1,0 +1,355 @@
+"""The declarative key specs of profiles and job files."""
+from __future__ import annotations
+
+import difflib
+from typing import TYPE_CHECKING, Any
+
+from cluster_kit.config.spec import Field, ListOf, MapOf, Rule, Section, _quoted
+from cluster_kit.config.validators import (
+    CONSTRAINT_CHARS,
+    CONTAINER_RUNTIMES,
+    HOST_CHARS,
+    IFNAME_CHARS,
+    NAME_CHARS,
+    PATH_CHARS,
+    absolute_path,
+    arg,
+    boolean,
+    container_image,
+    container_mount,
+    dotted_version,
+    duration_window,
+    env_name,
+    env_value,
+    exclusive,
+    gpus,
+    hostlist,
+    ib_hca,
+    integer,
+    memlock,
+    nccl_name,
+    nccl_value,
+    one_of,
+    pep440_specifier,
+    positive_int,
+    positive_number,
+    safe_string,
+    sbatch_text,
+    sbatch_value,
+    slurm_memory,
+    slurm_time,
+    text,
+    variable_name,
+)
+from cluster_kit.config.vocab import SBATCH_MANAGED, SBATCH_OPTIONS, sbatch_option
+
+if TYPE_CHECKING:
+    from cluster_kit.config.spec import Check, Spec
+
+
+# ----------------------------------------------------------------------------
+# sbatch options
+
+
+def sbatch_option_name() -> Check:
+    """A real sbatch long option that the user may set."""
+    def check(key: Any) -> str | None:
+        if not isinstance(key, str):
+            return f"{_quoted(key)} is not an sbatch option name"
+        if key.startswith("-"):
+            return f"write {_quoted(key)} without the leading dashes: {key.lstrip('-')}"
+        option = sbatch_option(key)
+        if option.replace("-", "_") in SLURM_NAMED:
+            return f"{_quoted(key)} has its own key; write it as slurm.{option.replace('-', '_')}"
+        if option in SBATCH_MANAGED:
+            return f"--{option} is set from {SBATCH_MANAGED[option]}; remove it here"
+        if option in SBATCH_OPTIONS:
+            return None
+        close = difflib.get_close_matches(option, sorted(SBATCH_OPTIONS), n=1, cutoff=0.75)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        return f"{_quoted(key)} is not an sbatch option{hint}"
+    return Rule(check, {"enum": allowed_sbatch_keys()})
+
+
+def allowed_sbatch_keys() -> list[str]:
+    """Every key `sbatch_option_name` accepts: options not set elsewhere, _ and - spellings."""
+    keys = []
+    for option in sorted(SBATCH_OPTIONS):
+        underscored = option.replace("-", "_")
+        if underscored in SLURM_NAMED or option in SBATCH_MANAGED:
+            continue
+        keys += [underscored] + ([option] if option != underscored else [])
+    return keys
+
+
+# ----------------------------------------------------------------------------
+# the specs
+
+
+def _str(default: Any = None) -> Field:
+    return Field(text(), default)
+
+
+SSH_FIELDS: dict[str, Spec] = {
+    "user": Field(safe_string(NAME_CHARS, "a user name")),
+    # No default: unset means ssh_config's Port, then 22, as with OpenSSH.
+    "port": Field(integer(1, 65535)),
+    "identity_file": _str(),
+    "proxy_jump": Field(safe_string(HOST_CHARS, "a ProxyJump")),
+    "config_file": _str(),  # the ssh_config to resolve hosts through; unset: ~/.ssh/config
+}
+
+
+# How one host is trusted and waited for: the login host's section has them too
+# (a login host's key need not be in ~/.ssh/known_hosts).
+HOST_KEY_AND_TIMEOUT_FIELDS: dict[str, Spec] = {
+    "known_hosts": _str(),  # unset: ssh_config's UserKnownHostsFile, then OpenSSH's files
+    "host_key_policy": Field(one_of("strict", "accept-new"), "strict"),
+    "connect_timeout": Field(positive_number(), 10),
+    "command_timeout": Field(positive_number(), 60),
+}
+
+
+LOGIN = Section({"host": Field(safe_string(HOST_CHARS, "a host name")), **SSH_FIELDS,
+                 **HOST_KEY_AND_TIMEOUT_FIELDS}, present=False)
+
+
+SSH = Section({
+    **SSH_FIELDS,
+    **HOST_KEY_AND_TIMEOUT_FIELDS,
+    "fanout": Field(positive_int(), 64),
+})
+
+
+SLURM_NAMED: dict[str, Spec] = {
+    "partition": Field(sbatch_text(NAME_CHARS)),
+    "account": Field(sbatch_text(NAME_CHARS)),
+    "qos": Field(sbatch_text(NAME_CHARS)),
+    "constraint": Field(sbatch_text(CONSTRAINT_CHARS)),
+    "gpus_per_node": Field(gpus()),
+    "ntasks_per_node": Field(positive_int()),
+    "cpus_per_task": Field(positive_int()),
+    "mem": Field(slurm_memory()),
+    "time": Field(slurm_time()),
+    "exclusive": Field(exclusive()),
+    "nodelist": Field(hostlist()),  # nodes the job must get (sbatch --nodelist)
+    "exclude": Field(hostlist()),   # nodes it must not get; submit adds failing ones
+}
+
+
+SBATCH_EXTRA = MapOf(sbatch_option_name(), Field(sbatch_value()))
+
+
+SLURM = Section(
+    {**SLURM_NAMED, "sbatch": SBATCH_EXTRA},
+    extra=SBATCH_EXTRA,
+    extra_hint="or any sbatch long option (e.g. mail_type)",
+    suggest_from=tuple(sorted(o.replace("-", "_") for o in SBATCH_OPTIONS)),
+    extra_accepts=lambda key: isinstance(key, str)
+    and sbatch_option(key.lstrip("-")) in SBATCH_OPTIONS,
+)
+
+
+NETWORK_FIELDS: dict[str, Spec] = {
+    "fabric": Field(one_of("infiniband", "roce", "ethernet")),
+    "ib_hca": ListOf(Field(ib_hca())),
+    "gid_index": Field(integer(lo=0)),
+    "ib_timeout": Field(integer(0, 31)),
+    "socket_ifname": Field(safe_string(IFNAME_CHARS, "NCCL_SOCKET_IFNAME")),
+    "nccl_env": MapOf(nccl_name(), Field(nccl_value())),
+}
+
+
+ENVIRONMENT = Section({
+    "modules": ListOf(Field(text())),
+    "setup": ListOf(Field(text())),
+    "python": _str("python3"),
+    "env": MapOf(env_name(), Field(env_value())),
+})
+
+
+EXPECT = Section({
+    "gpus_per_node": Field(positive_int()),
+    "gpu_model": _str(),
+    "min_driver": Field(dotted_version()),
+    "nccl": Field(pep440_specifier()),
+    "ib_rate_gbps": Field(positive_number()),
+    "peermem": Field(boolean()),
+    "memlock": Field(memlock()),
+    "allreduce_busbw_gbps": Field(positive_number()),
+    "xid_window": Field(duration_window()),
+    # Counter names as the kernel's /sys/class/infiniband/<hca>/ports/<p>/counters/ files;
+    # unset ones keep the defaults of cluster_kit.checks.rdma_errors.
+    "ib_error_thresholds": Section({name: Field(integer(lo=0)) for name in (
+        "symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
+        "local_link_integrity_errors", "excessive_buffer_overrun_errors",
+        "port_rcv_remote_physical_errors")}, fill=False),
+})
+
+
+PROFILE = Section({
+    "name": Field(safe_string(NAME_CHARS, "a profile name")),
+    "extends": _str(),
+    "login": LOGIN,
+    "ssh": SSH,
+    "nodes": Field(hostlist()),
+    "slurm": SLURM,
+    "network": Section(NETWORK_FIELDS),
+    "environment": ENVIRONMENT,
+    "expect": EXPECT,
+})
+
+
+CONTAINER = Section({
+    "image": Field(container_image()),
+    "runtime": Field(one_of(*CONTAINER_RUNTIMES), "pyxis"),
+    "mounts": ListOf(Field(container_mount())),
+    "workdir": Field(absolute_path()),
+    "writable": Field(boolean(), False),
+    "mount_home": Field(boolean(), False),
+    "env": ListOf(Field(variable_name())),
+}, present=False)
+
+
+CONTAINER_REQUIRED = ("image",)
+
+
+JOB_NCCL = Section({**NETWORK_FIELDS, "debug": Field(one_of("VERSION", "WARN", "INFO", "TRACE", ignore_case=True))},
+                   fill=False)
+
+
+JOB = Section({
+    "name": Field(sbatch_text(NAME_CHARS)),
+    "profile": _str(),
+    "nodes": Field(positive_int(), 1),
+    "gpus_per_node": Field(gpus()),
+    "time": Field(slurm_time()),
+    "launcher": Field(one_of("srun", "torchrun"), "srun"),
+    "script": _str(),
+    "args": ListOf(Field(arg())),
+    "workdir": Field(sbatch_text(PATH_CHARS)),
+    "output": Field(sbatch_text(PATH_CHARS)),
+    "env": MapOf(env_name(), Field(env_value())),
+    "nccl": JOB_NCCL,
+    "preflight": Field(boolean(), True),
+    "cuda_graphs": Field(boolean(), False),
+    "template": _str("ddp"),
+    "master_port": Field(integer(1024, 65535)),
+    "slurm": SLURM,
+    "container": CONTAINER,
+})
+
+
+JOB_REQUIRED = ("profile", "script")
+
+
+# ----------------------------------------------------------------------------
+# descriptions
+
+
+# What each key means, for `clusterkit schema` (editors show these on hover).
+# Profile keys by dotted path; job keys as "job.<path>". `login.*` falls back to
+# `ssh.*`, the job's `nccl.*` to `network.*` and its `slurm.*` to the profile's.
+DESCRIPTIONS: dict[str, str] = {
+    "": "A clusterkit cluster profile: how to reach the cluster and what its nodes must look like.",
+    "name": "Profile name; defaults to the file name.",
+    "extends": "A parent profile (name on the search path or path to a .yaml), deep-merged; the child wins.",
+    "login": "Where sbatch/squeue run, over SSH; absent = run them locally.",
+    "login.host": "The login host, resolved through ssh_config as OpenSSH does.",
+    "ssh": "How preflight and audit reach the compute nodes.",
+    "ssh.user": "User name; unset: ssh_config's User, then the local user.",
+    "ssh.port": "SSH port; unset: ssh_config's Port, then 22.",
+    "ssh.identity_file": "Private key file, tried before ssh_config's IdentityFile and ssh-agent.",
+    "ssh.proxy_jump": "Jump host(s) as OpenSSH ProxyJump: [user@]host[:port], comma-separated.",
+    "ssh.config_file": "The ssh_config host names resolve through; unset: ~/.ssh/config.",
+    "ssh.known_hosts": "known_hosts file; unset: ssh_config's UserKnownHostsFile, then OpenSSH's files.",
+    "ssh.host_key_policy": "strict: unknown host keys are refused; accept-new: recorded on first use. Never silently trusted.",
+    "ssh.connect_timeout": "Seconds to connect and authenticate (a lower ssh_config ConnectTimeout wins).",
+    "ssh.command_timeout": "Seconds the probe may run per node.",
+    "ssh.fanout": "Concurrent SSH connections.",
+    "nodes": "Slurm hostlist of the compute nodes, e.g. gpu[001-064]; absent: `sinfo -p <partition>`.",
+    "slurm": "sbatch options of every job; any other sbatch long option may be given too (without --).",
+    "slurm.partition": "--partition.",
+    "slurm.nodelist": "--nodelist: nodes the job must get (Slurm hostlist).",
+    "slurm.exclude": "--exclude: nodes the job must not get; submit adds failing ones.",
+    "slurm.account": "--account.",
+    "slurm.qos": "--qos.",
+    "slurm.constraint": "--constraint (node features joined with & | , ...).",
+    "slurm.gpus_per_node": "--gpus-per-node: a count, or type:count such as h100:8.",
+    "slurm.ntasks_per_node": "--ntasks-per-node; default: gpus_per_node with srun, 1 with torchrun.",
+    "slurm.cpus_per_task": "--cpus-per-task.",
+    "slurm.mem": "--mem: megabytes, or a size such as 500M, 64G (0 = all of the node's memory).",
+    "slurm.time": "--time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED (quote it).",
+    "slurm.exclusive": "--exclusive: true, false, user, mcs or topo.",
+    "slurm.sbatch": "Any other sbatch long option, without the leading --; true = a bare flag.",
+    "network": "The NCCL network settings the job script exports.",
+    "network.fabric": "infiniband | roce | ethernet (ethernet sets NCCL_IB_DISABLE=1 and skips RDMA checks).",
+    "network.ib_hca": "HCA ports NCCL uses, e.g. [mlx5_0:1, mlx5_3:1] -> NCCL_IB_HCA==mlx5_0:1,mlx5_3:1 (exact match).",
+    "network.gid_index": "NCCL_IB_GID_INDEX; on RoCE the RoCE v2 GID holding the IPv4-mapped address.",
+    "network.ib_timeout": "NCCL_IB_TIMEOUT (0-31).",
+    "network.socket_ifname": "NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME: prefixes, ^ to exclude, = for exact names.",
+    "network.nccl_env": "More NCCL_* variables; names are checked against NCCL's documented list.",
+    "environment": "What the job script sets up before training.",
+    "environment.modules": "`module load` lines.",
+    "environment.setup": "Shell lines run before training, e.g. activating a virtual environment.",
+    "environment.python": "Interpreter with torch on the nodes.",
+    "environment.env": "Environment variables exported to the training processes.",
+    "expect": "Preflight thresholds: what every node must have.",
+    "expect.gpus_per_node": "GPUs nvidia-smi must list (gpu.count).",
+    "expect.gpu_model": "Substring of every GPU's name, case-insensitive (gpu.model).",
+    "expect.min_driver": "Lowest NVIDIA driver version, quoted (gpu.driver).",
+    "expect.nccl": "PEP 440 specifier the loadable libnccl must meet, e.g. \">=2.18\" (nccl.library).",
+    "expect.ib_rate_gbps": "Lowest link rate of the listed ports in Gb/s (rdma.link_rate).",
+    "expect.peermem": "nvidia_peermem or nv_peer_mem must be loaded (rdma.peermem).",
+    "expect.memlock": "Lowest RLIMIT_MEMLOCK: unlimited or a size such as 8M, 64G; a bare number is KiB (sys.memlock).",
+    "expect.allreduce_busbw_gbps": "`bench allreduce` fails below this bus bandwidth (GB/s, large messages).",
+    "job.container": "Run every srun step of the job inside this image (pyxis/enroot or Apptainer).",
+    "job.container.image": "A .sqsh/.sif path on the nodes, or [USER@][REGISTRY#]IMAGE[:TAG] for pyxis.",
+    "job.container.runtime": "pyxis (srun --container-image, the default) or apptainer (apptainer exec in each task).",
+    "job.container.mounts": "SRC:DST or SRC:DST:ro bind mounts, absolute paths.",
+    "job.container.workdir": "The working directory inside the container (absolute).",
+    "job.container.writable": "A writable container filesystem (pyxis --container-writable, Apptainer --writable-tmpfs).",
+    "job.container.mount_home": "Mount the user's home directory into the container (default false).",
+    "job.container.env": "More variables whose host value must win over the image's (every clusterkit export already does).",
+    "expect.xid_window": "gpu.xid looks at Xid events this recent: seconds or 30m, 24h, 7d (default 24h, at most 7d).",
+    "expect.ib_error_thresholds": "rdma.port_errors: per-port counter values that fail a port (defaults in the README).",
+    **{f"expect.ib_error_thresholds.{name}": f"Fail a port whose {name} counter reaches this (rdma.port_errors)."
+       for name in ("symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
+                    "local_link_integrity_errors", "excessive_buffer_overrun_errors",
+                    "port_rcv_remote_physical_errors")},
+    "job": "A clusterkit job file: what to run, on which profile.",
+    "job.name": "Job name (--job-name); defaults to the file name.",
+    "job.profile": "Cluster profile: a name on the search path, or a path to a .yaml.",
+    "job.nodes": "Number of nodes.",
+    "job.gpus_per_node": "GPUs per node; overrides the profile's slurm.gpus_per_node.",
+    "job.time": "Time limit; overrides the profile's slurm.time.",
+    "job.launcher": "srun (one task per GPU) | torchrun (one task per node).",
+    "job.script": "The training script, relative to workdir (else to this file's folder).",
+    "job.args": "The script's arguments.",
+    "job.workdir": "Working directory of the job (--chdir).",
+    "job.output": "Output file (--output), e.g. logs/%x-%j.out.",
+    "job.env": "Environment variables, merged over the profile's environment.env.",
+    "job.nccl": "Overrides of the profile's network keys, plus debug (NCCL_DEBUG).",
+    "job.nccl.debug": "NCCL_DEBUG: VERSION, WARN, INFO or TRACE.",
+    "job.preflight": "Check every allocated node inside the job before training starts.",
+    "job.cuda_graphs": "The example trainer captures the DDP step in a CUDA graph.",
+    "job.template": "Built-in template name or path to a .j2 file.",
+    "job.master_port": "MASTER_PORT; unset: derived from the job id in a fixed high range.",
+    "job.slurm": "Per-job sbatch overrides, same rules as the profile's slurm.",
+}
+
+
+def describe(kind: str, path: str) -> str | None:
+    """The description of a key path of a profile or job ("job"), with the fallbacks above."""
+    if kind == "job":
+        head, _, rest = path.partition(".")
+        candidates = ["job." + path if path else "job"]
+        if head == "nccl" and rest:
+            candidates.append("network." + rest)
+        elif head == "slurm" and rest:
+            candidates.append(path)
+    else:
+        candidates = [path]
+        if path.startswith("login."):
+            candidates.append("ssh." + path[len("login."):])
+    return next((DESCRIPTIONS[c] for c in candidates if c in DESCRIPTIONS), None)

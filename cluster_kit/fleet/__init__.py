@@ -1,0 +1,1 @@
+"""The fleet: preflight over SSH, flat facts, audit (drift, baselines, drain plans)."""

@@ -1,0 +1,1 @@
+"""Reports for people: tables, preflight, audit (table/JSON/Markdown/HTML), all-reduce."""

@@ -1,0 +1,319 @@
+"""Degraded-but-up hardware: gpu.ecc, gpu.pcie_link, gpu.throttle, gpu.xid, rdma.port_errors.
+
+Parsers run on real nvidia-smi text captured on an H200 (tests/data/nvidia_smi/,
+re-captured with its capture.sh); checks run on the probe facts of
+tests/data/facts/ (written by test_probe.py), pass and fail side of each.
+"""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cluster_kit.checks import Finding, evaluate, gpu_health, injob
+from cluster_kit.fleet import audit, facts
+from cluster_kit.node import probe
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+SMI = DATA / "nvidia_smi"
+REPO = Path(__file__).resolve().parents[3]
+HEALTH_IDS = ("gpu.ecc", "gpu.pcie_link", "gpu.throttle", "gpu.xid", "rdma.port_errors")
+PROFILE: dict[str, Any] = {
+    "name": "ib-ndr",
+    "network": {"fabric": "infiniband", "ib_hca": [f"mlx5_{n}:1" for n in range(8)]},
+    "expect": {"gpus_per_node": 8, "gpu_model": "H100", "min_driver": "535.104", "ib_rate_gbps": 400,
+               "peermem": True},
+}
+
+
+def load(name: str) -> dict[str, Any]:
+    return dict(json.loads((DATA / "facts" / f"{name}.json").read_text()))
+
+
+def captured(name: str) -> tuple[str, str, int]:
+    """(command line, stdout, exit code) of one file written by capture.sh."""
+    text = (SMI / name).read_text()
+    command, _, rest = text.partition("\n")
+    stdout, _, tail = rest.partition("# stderr\n")
+    code = int(re.search(r"^# rc (\d+)$", tail, re.MULTILINE).group(1))  # type: ignore[union-attr]
+    return command.removeprefix("# $ "), stdout, code
+
+
+def health(facts_: dict[str, Any], profile: dict[str, Any] = PROFILE) -> dict[str, Finding]:
+    return {f.id: f for f in evaluate(facts_, profile) if f.id in HEALTH_IDS}
+
+
+def with_gpu(name: str, index: int, **values: str) -> dict[str, Any]:
+    """Facts of `name` with some health values of GPU `index` replaced."""
+    data = copy.deepcopy(load(name))
+    data["gpu"]["gpus"][index].update(values)
+    return data
+
+
+# ---------------------------------------------------------------- real nvidia-smi text
+
+def test_capture_asked_exactly_the_probes_queries() -> None:
+    """If the probe's fields change, re-capture on a GPU machine (capture.sh)."""
+    event, throttle, _base = probe.health_queries()
+    assert captured("query-event.txt")[0] == f"nvidia-smi --query-gpu={','.join(event)} --format=csv,noheader"
+    assert captured("query-throttle.txt")[0] == (
+        f"nvidia-smi --query-gpu={','.join(throttle)} --format=csv,noheader")
+    assert captured("remapped.txt")[0] == (
+        f"nvidia-smi --query-remapped-rows={','.join(probe.REMAPPED_ROWS_FIELDS)} --format=csv,noheader")
+
+
+def test_real_h200_widened_query_parses_under_both_clock_reason_names() -> None:
+    for name, fields in zip(("query-event.txt", "query-throttle.txt"), probe.health_queries()):
+        _, out, code = captured(name)
+        [gpu] = probe.parse_gpu_csv(out, fields)
+        assert code == 0
+        assert (gpu["name"], gpu["pci_bus_id"], gpu["driver_version"]) == (
+            "NVIDIA H200", "00000000:00:06.0", "580.159.04")
+        assert (gpu["ecc_mode_current"], gpu["ecc_errors_uncorrected_volatile_total"]) == ("Enabled", "0")
+        assert gpu["retired_pages_pending"] == "[N/A]"      # Hopper remaps rows instead
+        assert (gpu["pcie_link_width_current"], gpu["pcie_link_width_max"]) == ("16", "16")
+        assert gpu["clocks_event_reasons_active"] == "0x0000000000000001"   # idle
+
+
+def test_real_remapped_rows_and_invalid_field_answers() -> None:
+    _, out, _ = captured("remapped.txt")
+    assert probe.parse_remapped_rows(out) == {"00000000:00:06.0": {
+        "remapped_rows_correctable": "0", "remapped_rows_uncorrectable": "0",
+        "remapped_rows_pending": "No", "remapped_rows_failure": "No"}}
+    _, out, code = captured("badfield.txt")
+    assert code == 2
+    assert probe.INVALID_FIELD.search(out).group(1) == "clocks_event_reasons.bogus"  # type: ignore[union-attr]
+
+
+def test_every_queried_field_is_in_the_real_drivers_help() -> None:
+    """nvidia-smi --help-query-gpu / --help-query-remapped-rows of driver 580 name each field."""
+    help_text = (SMI / "help.txt").read_text()
+    fields = {f for query in probe.health_queries() for f in query} | set(probe.REMAPPED_ROWS_FIELDS)
+    missing = [f for f in sorted(fields) if f'"{f}"' not in help_text]
+    assert missing == []
+
+
+def test_dev_cluster_stand_in_columns_are_real_fields() -> None:
+    spec = importlib.util.spec_from_file_location("fakehw", REPO / "scripts/devcluster/fakehw.py")
+    assert spec and spec.loader
+    fakehw = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fakehw)
+    help_text = (SMI / "help.txt").read_text()
+    assert [name for name, _ in fakehw.GPU_HEALTH if f'"{name}"' not in help_text] == []
+    assert set(probe.PORT_ERROR_COUNTERS) <= set(fakehw.PORT_COUNTERS)
+
+
+def test_real_ring_buffer_has_nvrm_lines_but_no_xid() -> None:
+    text = (SMI / "kernel.txt").read_text()
+    assert "NVRM: loading NVIDIA UNIX Open Kernel Module" in text
+    assert probe.parse_dmesg_xids(text, 377.8) == []
+    line = "[ 8012.113450] NVRM: Xid (PCI:0000:18:00): 48, pid='<unknown>', name=<unknown>, DBE (0x1,0x0)"
+    assert probe.parse_dmesg_xids(line, 8612.1) == [
+        {"xid": 48, "pci": "0000:18:00", "text": "pid='<unknown>', name=<unknown>, DBE (0x1,0x0)", "age_s": 600.0}]
+
+
+# ---------------------------------------------------------------- each node fails exactly its check
+
+@pytest.mark.parametrize(("node", "check_id", "words"), [
+    ("gpu-ecc", "gpu.ecc", ["GPU 2 (00000000:3A:00.0)", "2 uncorrected volatile ECC errors", "row remap pending"]),
+    ("gpu-x8", "gpu.pcie_link", ["GPU 5 (00000000:AB:00.0): PCIe link x8, capable of x16"]),
+    ("gpu-throttle", "gpu.throttle", ["GPU 3 (00000000:5D:00.0): HW slowdown + HW thermal slowdown",
+                                      "0x48", "91 C"]),
+    ("gpu-xid", "gpu.xid", ["Xid 79 on GPU 1 (00000000:2A:00.0) 10 min ago: pid=48213, name=python, GPU has",
+                            "fallen off the bus."]),
+    ("ib-flap", "rdma.port_errors", ["mlx5_1 port 1: symbol_error 4021 (> 100), link_error_recovery 112 (> 10),",
+                                     "link_downed 37 (> 5)"]),
+])
+def test_degraded_node_fails_exactly_its_check(node: str, check_id: str, words: list[str]) -> None:
+    findings = evaluate(load(node), PROFILE)
+    bad = {f.id: f for f in findings if f.status != "pass"}
+    assert list(bad) == [check_id]
+    for word in words:
+        assert word in bad[check_id].message
+    assert bad[check_id].fix
+
+
+@pytest.mark.parametrize("node", ["ib-ok", "gpu-powercap"])
+def test_healthy_and_power_capped_nodes_pass_every_health_check(node: str) -> None:
+    found = health(load(node))
+    assert set(found) == set(HEALTH_IDS)
+    assert {f.status for f in found.values()} == {"pass"}, found
+
+
+def test_power_cap_and_idle_are_named_but_pass() -> None:
+    assert health(load("gpu-powercap"))["gpu.throttle"].message == (
+        "no GPU reports a HW slowdown, thermal slowdown or power brake (SW power cap only)")
+
+
+# ---------------------------------------------------------------- fixes name the concrete step
+
+def test_fixes_are_concrete() -> None:
+    assert "nvidia-smi -r -i 2" in health(load("gpu-ecc"))["gpu.ecc"].fix
+    assert "reseat the GPU" in health(load("gpu-x8"))["gpu.pcie_link"].fix
+    assert "`lspci -vv -s ab:00`" in health(load("gpu-x8"))["gpu.pcie_link"].fix
+    throttle = health(load("gpu-throttle"))["gpu.throttle"].fix
+    assert "check cooling" in throttle and "power supplies" in throttle   # HW slowdown: either cause
+    xid = health(load("gpu-xid"))["gpu.xid"].fix
+    assert "nvidia-smi -r -i 1`" in xid and "fallen off the bus: also reseat it" in xid
+    assert '`scontrol update nodename=<node> state=drain reason="clusterkit: gpu.xid"`' in xid
+    port = health(load("ib-flap"))["rdma.port_errors"].fix
+    assert "mlxlink -d mlx5_1 -p 1" in port and "perfquery" in port and "replace the cable or transceiver" in port
+
+
+def test_thermal_only_points_at_cooling_and_power_brake_at_power() -> None:
+    thermal = health(with_gpu("ib-ok", 0, clocks_event_reasons_active="0x0000000000000040"))["gpu.throttle"]
+    assert thermal.status == "fail" and "check cooling" in thermal.fix and "power supplies" not in thermal.fix
+    brake = health(with_gpu("ib-ok", 0, clocks_event_reasons_active="0x0000000000000080"))["gpu.throttle"]
+    assert "HW power brake slowdown" in brake.message and "power supplies" in brake.fix
+    sw_thermal = health(with_gpu("ib-ok", 0, clocks_event_reasons_active="0x20"))["gpu.throttle"]
+    assert sw_thermal.status == "fail" and "SW thermal slowdown" in sw_thermal.message
+
+
+def test_application_clocks_and_sync_boost_never_fail() -> None:
+    found = health(with_gpu("ib-ok", 0, clocks_event_reasons_active="0x0000000000000016"))["gpu.throttle"]
+    assert found.status == "pass"
+
+
+# ---------------------------------------------------------------- edges
+
+def test_lower_pcie_generation_passes_when_idle_and_warns_when_busy() -> None:
+    idle = with_gpu("ib-ok", 4, pcie_link_gen_current="1")
+    assert health(idle)["gpu.pcie_link"].status == "pass"
+    busy = with_gpu("ib-ok", 4, pcie_link_gen_current="3", clocks_event_reasons_active="0x0000000000000000")
+    found = health(busy)["gpu.pcie_link"]
+    assert found.status == "warn"
+    assert found.message == "GPU 4 (00000000:9A:00.0): PCIe Gen3 while busy, capable of Gen5"
+
+
+def test_row_remap_failure_means_rma() -> None:
+    found = health(with_gpu("ib-ok", 6, remapped_rows_failure="Yes"))["gpu.ecc"]
+    assert found.status == "fail" and "row remapping FAILED" in found.message and "RMA" in found.fix
+
+
+def test_ecc_disabled_warns_and_unsupported_ecc_passes() -> None:
+    assert health(with_gpu("ib-ok", 0, ecc_mode_current="Disabled"))["gpu.ecc"].status == "warn"
+    no_ecc = copy.deepcopy(load("ib-ok"))
+    for gpu in no_ecc["gpu"]["gpus"]:
+        gpu.update(ecc_mode_current="[N/A]", ecc_errors_uncorrected_volatile_total="[N/A]")
+    assert health(no_ecc)["gpu.ecc"].message == "ECC is not reported by these GPUs"
+
+
+def test_a_driver_that_refused_the_fields_warns_instead_of_guessing() -> None:
+    data = copy.deepcopy(load("ib-ok"))
+    data["gpu"]["health_error"] = "nvidia-smi refused the health fields: persistence_mode"
+    found = health(data)
+    assert {found[i].status for i in ("gpu.ecc", "gpu.pcie_link", "gpu.throttle")} == {"warn"}
+
+
+def test_xid_window_and_harmless_xids() -> None:
+    short = dict(PROFILE, expect=dict(PROFILE["expect"], xid_window="5m"))
+    found = health(load("gpu-xid"), short)["gpu.xid"]
+    assert found.status == "pass"
+    assert found.message == "no Xid needing a reset in the last 5m (dmesg; other Xids: 13)"
+    assert health(load("gpu-xid"))["gpu.xid"].message.endswith("(within expect.xid_window 24h)")
+    assert gpu_health.window_seconds("7d") == 604800 and gpu_health.window_seconds(90) == 90
+    unvalidated = dict(PROFILE, expect=dict(PROFILE["expect"], xid_window="a day"))
+    assert health(load("gpu-xid"), unvalidated)["gpu.xid"].status == "warn"
+
+
+def test_unreadable_kernel_log_warns_with_how_to_read_it() -> None:
+    data = copy.deepcopy(load("ib-ok"))
+    data["xid"] = {"status": "error", "error": "kernel log unreadable: dmesg: read kernel buffer failed: "
+                   "Operation not permitted; journalctl not found on PATH"}
+    found = health(data)["gpu.xid"]
+    assert found.status == "warn" and "Operation not permitted" in found.message
+    assert "dmesg_restrict" in found.fix
+
+
+def test_thresholds_come_from_expect_and_unlisted_ports_only_warn() -> None:
+    lenient = dict(PROFILE, expect=dict(PROFILE["expect"], ib_error_thresholds={
+        "link_downed": 40, "link_error_recovery": 200, "symbol_error": 5000}))
+    assert health(load("ib-flap"), lenient)["rdma.port_errors"].status == "pass"
+    unlisted = dict(PROFILE, network={"fabric": "infiniband"})
+    assert health(load("ib-flap"), unlisted)["rdma.port_errors"].status == "warn"
+    other_port = dict(PROFILE, network={"fabric": "infiniband", "ib_hca": ["mlx5_0:1"]})
+    assert health(load("ib-flap"), other_port)["rdma.port_errors"].status == "pass"
+
+
+def test_no_gpu_expectation_no_gpu_health_checks() -> None:
+    assert [f.id for f in evaluate(load("gpu-ecc"), {"network": {"fabric": "infiniband"}})
+            if f.id.startswith("gpu.")] == []
+
+
+# ---------------------------------------------------------------- facts and audit
+
+def test_flat_facts_keep_steady_health_values_and_mark_counters_per_node() -> None:
+    flat = facts.flatten(load("gpu-x8"))
+    assert flat["gpu.5.pcie_link_width_current"] == "8" and flat["gpu.5.pcie_link_width_max"] == "16"
+    assert "gpu.5.temperature_gpu" not in flat and "gpu.0.retired_pages_pending" not in flat
+    assert flat["xid.source"] == "dmesg" and flat["xid.count"] == "0" and flat["xid.reset_codes"] == "none"
+    assert flat["gpu.5.slowdown"] == "none"
+    assert facts.flatten(load("gpu-throttle"))["gpu.3.slowdown"] == "hw_slowdown,hw_thermal_slowdown"
+    assert facts.flatten(load("gpu-powercap"))["gpu.3.slowdown"] == "none"      # SW power cap
+    assert facts.flatten(load("gpu-xid"))["xid.reset_codes"] == "79"             # not the Xid 13
+    assert flat["rdma.mlx5_1.1.counters.link_downed"] == "0"
+    assert facts.is_per_node("rdma.mlx5_1.1.counters.link_downed")
+    assert not facts.is_per_node("gpu.5.pcie_link_width_current")
+
+
+def test_audit_drift_shows_the_x8_gpu() -> None:
+    flat = {"n1": facts.flatten(load("ib-ok")), "n2": facts.flatten(load("ib-ok")),
+            "n3": facts.flatten(load("gpu-x8"))}
+    flat["n4"] = facts.flatten(load("gpu-throttle"))
+    flat["n5"] = facts.flatten(load("gpu-xid"))
+    drift = {d["fact"]: d for d in audit.compute_drift(flat)}
+    assert drift["gpu.5.pcie_link_width_current"]["outliers"] == {"n3": "8"}
+    assert drift["gpu.3.slowdown"]["outliers"] == {"n4": "hw_slowdown,hw_thermal_slowdown"}
+    assert drift["xid.reset_codes"]["outliers"] == {"n5": "79"}
+    assert not any("temperature" in fact or "clocks_event" in fact for fact in drift)
+
+
+def test_audit_changes_show_counter_growth_since_the_baseline() -> None:
+    baseline = {"nodes": {"gpu007": facts.flatten(load("ib-ok"))}}
+    changes = audit.diff_baseline(baseline, {"gpu007": facts.flatten(load("ib-flap"))})
+    grown = {c["fact"]: c["growth"] for c in changes if "growth" in c}
+    assert grown == {"rdma.mlx5_1.1.counters.link_downed": 37, "rdma.mlx5_1.1.counters.link_error_recovery": 112,
+                     "rdma.mlx5_1.1.counters.symbol_error": 4021}
+    assert "rdma.mlx5_1.1.counters.link_downed 0 -> 37 (+37) on gpu007" in audit.summarize_changes(changes)
+
+
+# ---------------------------------------------------------------- in-job preflight
+
+def test_injob_bundle_runs_the_same_health_checks(tmp_path: Path) -> None:
+    """The zip app the sbatch script embeds fails the Xid node and passes the power-capped one."""
+    bundle = tmp_path / "checks.pyz"
+    bundle.write_bytes(injob.build_bundle(PROFILE))
+    lines = []
+    for node, name in (("n1", "gpu-powercap"), ("n2", "gpu-xid"), ("n3", "ib-flap")):
+        data = load(name)
+        data["slurm_node"] = node
+        lines.append(json.dumps(data))
+    (tmp_path / "facts.jsonl").write_text("\n".join(lines) + "\n")
+    done = subprocess.run([sys.executable, "-I", str(bundle), str(tmp_path / "facts.jsonl"), "n1", "n2", "n3"],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False)
+    assert done.returncode == 1
+    assert "clusterkit preflight: n1: pass" in done.stderr
+    assert "clusterkit preflight: n2: fail" in done.stderr
+    assert "gpu.xid: Xid 79 on GPU 1 (00000000:2A:00.0)" in done.stderr
+    assert "clusterkit preflight: n3: fail" in done.stderr
+    assert "rdma.port_errors: mlx5_1 port 1: symbol_error 4021" in done.stderr
+
+
+def test_validate_names_file_line_for_bad_health_settings(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("name: p\nexpect:\n  xid_window: 2w\n  ib_error_thresholds:\n    link_downed: -1\n"
+                    "    link_flaps: 3\n")
+    done = subprocess.run([sys.executable, "-m", "cluster_kit", "validate", str(path)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    out = done.stdout + done.stderr
+    assert f"{path}:3: expect.xid_window: '2w' is not a time window" in out
+    assert f"{path}:5: expect.ib_error_thresholds.link_downed: -1 is too small; use 0 or more" in out
+    assert f"{path}:6: unknown key 'link_flaps' in expect.ib_error_thresholds; valid keys: symbol_error" in out
