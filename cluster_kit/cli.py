@@ -52,7 +52,10 @@ def run_to_exit_code(invoke: Callable[[], Any]) -> int:
     except click.ClickException as exc:  # ClusterKitError family, usage errors
         exc.show()
         return exc.exit_code
-    except click.Abort:
+    except click.Abort as exc:
+        if isinstance(exc.__context__, KeyboardInterrupt):  # click turns Ctrl-C into Abort
+            click.echo("clusterkit: interrupted", err=True)
+            return 130
         click.echo("Aborted!", err=True)
         return 1
     except KeyboardInterrupt:

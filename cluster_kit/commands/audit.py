@@ -27,11 +27,14 @@ def load_baseline(path: str) -> dict[str, Any]:
     Read as profiles are (regular files only, UTF-8, no control characters), with a
     larger limit for fleets of thousands of nodes and no line limit (JSON may be one line).
     """
-    from cluster_kit.config.textfile import read_text_file
+    from cluster_kit.config.textfile import TextFileError, read_text_file
     from cluster_kit.fleet.audit import check_baseline
 
     fix = "pass a file written by `clusterkit audit --save-baseline FILE`"
-    text = read_text_file(path, max_bytes=BASELINE_MAX_BYTES, max_line_chars=None, what="baselines")
+    try:
+        text = read_text_file(path, max_bytes=BASELINE_MAX_BYTES, max_line_chars=None, what="baselines")
+    except TextFileError as exc:
+        raise TextFileError(exc.path, exc.line, exc.problem, f"{exc.fix}; or {fix}") from None
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:

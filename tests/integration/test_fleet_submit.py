@@ -219,3 +219,16 @@ def test_verbose_logs_each_slurm_and_ssh_call(dev_cluster: Any, folder: Path) ->
     assert "clusterkit: run on this machine: sinfo --Node --noheader '--format=%N|%T|%E' --partition=debug" in lines
     assert any(line.startswith("clusterkit: ssh to 2 node(s) n[1-2] as ckuser: ") for line in lines), lines
     assert "clusterkit: run on this machine: sbatch --parsable --test-only" in lines
+
+
+def test_ctrl_c_while_nodes_are_probed_exits_130_without_a_traceback(dev_cluster: Any, folder: Path) -> None:
+    # `silent` accepts TCP and never sends a byte: the probe waits for its banner
+    profile = write_yaml(folder / "slow.yaml", cpu_profile(
+        dev_cluster, name="slow", nodes="silent", ssh=ssh_section(dev_cluster, connect_timeout=30)))
+    proc = start(dev_cluster, "preflight", "--profile", str(profile))
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGINT)
+    done = finish(proc, timeout=30)
+    assert done.returncode == 130, done.stdout + done.stderr
+    assert done.stderr.splitlines()[-1] == "clusterkit: interrupted", done.stderr
+    assert "Traceback" not in done.stderr and "Aborted" not in done.stderr

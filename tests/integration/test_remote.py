@@ -327,7 +327,7 @@ def test_changed_key_is_refused_even_under_accept_new(lab: Lab) -> None:
     assert not result.ok
     assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in error
     assert lab.fingerprint("c") in error and lab.fingerprint("a") in error
-    assert f"ssh-keygen -f {lab.known_hosts} -R '{C}'" in (result.fix or ""), result.fix
+    assert f"ssh-keygen -R '{C}' -f {lab.known_hosts}" in (result.fix or ""), result.fix
     assert lab.known_hosts.read_text() == before
 
 

@@ -52,3 +52,13 @@ def test_a_command_that_returns_exits_0_and_exit_with_0_raises_nothing() -> None
     with pytest.raises(ExitStatus) as info:
         exit_with(1)
     assert info.value.exit_code == 1
+
+
+def test_ctrl_c_that_click_turned_into_abort_is_130(capsys: pytest.CaptureFixture[str]) -> None:
+    def invoke() -> NoReturn:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:  # what click's main() does with Ctrl-C
+            raise click.Abort() from exc
+    assert run_to_exit_code(invoke) == 130
+    assert capsys.readouterr().err == "clusterkit: interrupted\n"
