@@ -52,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 from cluster_kit.report.allreduce import (
     LARGE_MESSAGE_BYTES,
+    SweepLogError,
     format_size,
     parse_sweep_log,
     parse_sweep_meta,
@@ -341,8 +342,24 @@ def main() -> int:
         logs / "allreduce_sweep.log",
         args.timeout,
     )
-    nccl_rows = parse_nccl_tests(nccl_text)
-    sweep_rows = parse_sweep_log(sweep_text)
+    try:
+        nccl_rows = parse_nccl_tests(nccl_text)
+    except NcclTestsOutputError as exc:
+        print(
+            f"error: {logs / 'nccl_tests.log'}: {exc}; is {binary} nccl-tests' "
+            "all_reduce_perf run without -I?",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        sweep_rows = parse_sweep_log(sweep_text)
+    except SweepLogError as exc:
+        print(
+            f"error: {logs / 'allreduce_sweep.log'}: {exc}; the sweep's output is "
+            f"not what {SWEEP.name} prints",
+            file=sys.stderr,
+        )
+        return 1
     rows = compare(sweep_rows, nccl_rows)
     large = large_message(rows)
     nccl_meta = parse_nccl_tests_meta(nccl_text)
