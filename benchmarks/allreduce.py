@@ -10,6 +10,8 @@ formula and algbw only measures NCCL's one-rank path; both are reported as they 
 nccl-tests is used only if it is already on this machine (``all_reduce_perf`` on the
 PATH or in ``$NCCL_TESTS_DIR/build``); otherwise the script reports what a build
 would need (nvcc, nccl.h, the nccl-tests source) and which of those are missing.
+``benchmarks/nccl_tests.py`` takes the path of a built ``all_reduce_perf``, runs both
+side by side and prints their ratios per size; its docstring says how to build it.
 """
 
 from __future__ import annotations
