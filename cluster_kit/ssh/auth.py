@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import time
 
 import paramiko  # after ssh/deferred.py (ssh/__init__.py)
@@ -18,6 +19,8 @@ from cluster_kit.ssh.settings import (
 
 def _read_key(path: str) -> tuple[paramiko.PKey | None, str]:
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the read
+            return None, f"{_short(path)} is not a regular file: point identity_file at the key file"
         return paramiko.PKey.from_path(path), ""
     except (paramiko.PasswordRequiredException, TypeError):
         return None, (f"{_short(path)} needs a passphrase: load it into ssh-agent "

@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import os
 import re
+import stat
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -236,7 +237,11 @@ def _is_literal(pattern: str) -> bool:
 
 
 def _read_entries(path: str) -> EntryIndex:
+    """A known_hosts file's entries; a FIFO or device is never opened (it could block),
+    and reads, like a missing file, as no entries: the host is then unknown."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return EntryIndex([])
         with open(path, encoding="utf-8", errors="replace") as handle:
             return EntryIndex(parse_text(handle.read(), path))
     except OSError:
@@ -294,7 +299,8 @@ def _append_line(path: str, line: str) -> None:
     directory = os.path.dirname(path)
     if directory:
         os.makedirs(directory, mode=0o700, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    # O_NONBLOCK: a FIFO with no reader fails at once (ENXIO) instead of hanging
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o600)
     with os.fdopen(fd, "a", encoding="utf-8") as handle:
         if fcntl is not None:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX)

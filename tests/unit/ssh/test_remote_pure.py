@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import paramiko
 import pytest
@@ -397,3 +398,33 @@ def test_settings_keys_are_the_profile_schema_keys() -> None:
     from cluster_kit.ssh import settings as sshconfig
 
     assert set(sshconfig.SETTING_KEYS) | {"host"} == set(specs.SSH.fields) | set(specs.LOGIN.fields)
+
+
+def run_bounded(target: Any, *args: Any) -> Any:
+    """Call target(*args) in a thread; fail (not hang) when it does not return in 5 s."""
+    import threading
+    box: list[Any] = []
+    thread = threading.Thread(target=lambda: box.append(target(*args)), daemon=True)
+    thread.start()
+    thread.join(5)
+    assert box, f"{target.__name__} blocked on {args}"
+    return box[0]
+
+
+def test_a_fifo_as_known_hosts_or_identity_file_never_blocks(tmp_path: Path) -> None:
+    import os
+    fifo = tmp_path / "known_hosts"
+    os.mkfifo(fifo)  # nobody ever writes to it: a plain open() would wait forever
+    assert run_bounded(kh._read_entries, str(fifo)).entries == []
+    key, why = run_bounded(auth._read_key, str(fifo))
+    assert key is None and why.endswith("is not a regular file: point identity_file at the key file")
+    # recording a key into it fails at once (ENXIO: no reader) instead of hanging
+    assert isinstance(run_bounded(_raises, kh._append_line, str(fifo), "h ssh-ed25519 AAAA"), OSError)
+
+
+def _raises(call: Any, *args: Any) -> Any:
+    try:
+        call(*args)
+    except OSError as exc:
+        return exc
+    return None
