@@ -1,6 +1,6 @@
 """A job's `container:` -> what its srun steps need to run inside the image.
 
-Pure, like render.py. Two runtimes:
+Pure, like the rest of render/. Two runtimes:
 
 - pyxis (srun's `--container-*` flags, enroot underneath): the batch script stays
   on the host and every srun step carries the flags. pyxis hands the job's
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from cluster_kit.render.quoting import shq
 
 # Exported by the rendezvous partial for every launcher.
 RENDEZVOUS_NAMES = ("MASTER_ADDR", "MASTER_PORT")
@@ -58,18 +60,37 @@ def apptainer_argv(container: Mapping[str, Any]) -> list[str]:
     return [*argv, container["image"]]
 
 
-def launch(settings: Mapping[str, Any], nccl_env: Iterable[str]) -> dict[str, Any] | None:
-    """What the templates need: srun flags, the exec prefix and the names to pass.
+# Inside an image the probe needs the image's own python3; without one, say so.
+_NEEDS_PYTHON3 = (
+    'python3 -c "import json, ctypes, resource" 2>/dev/null || { echo "clusterkit: node $(hostname): '
+    'the container image has no python3 with its standard library, which the in-job preflight runs '
+    'the probe with; add it to the image (e.g. apt-get install -y python3) or set preflight: false" '
+    '>&2; exit 1; }; '
+)
+NO_CONTAINER: dict[str, Any] = {"runtime": None, "image": None, "srun": "", "exec": "", "probe_guard": "", "env_names": []}
 
-    None when the job has no container (the templates then render as before).
+
+def template_context(settings: Mapping[str, Any], nccl_env: Iterable[str]) -> dict[str, Any]:
+    """The template's `container`: shell text to splice into srun lines ("" without one,
+    so the templates render as before).
+
+    `srun`: the pyxis flags, with a leading space; `exec`: Apptainer's `apptainer
+    exec ... IMAGE ` prefix; `probe_guard`: the python3 test before the probe;
+    `env_names`: the exported names the container must take from the host.
     """
     container = settings.get("container")
     if not container:
-        return None
+        return dict(NO_CONTAINER)
     names = exported_names(settings, nccl_env)
     runtime = container.get("runtime") or "pyxis"
-    if runtime == "apptainer":
-        return {"runtime": runtime, "image": container["image"], "srun_flags": [],
-                "exec": apptainer_argv(container), "env_names": names}
-    return {"runtime": runtime, "image": container["image"],
-            "srun_flags": pyxis_flags(container, names), "exec": [], "env_names": names}
+    apptainer = runtime == "apptainer"
+    flags = [] if apptainer else pyxis_flags(container, names)
+    prefix = apptainer_argv(container) if apptainer else []
+    return {
+        "runtime": runtime,
+        "image": container["image"],
+        "srun": "".join(" " + shq(flag) for flag in flags),
+        "exec": "".join(shq(word) + " " for word in prefix),
+        "probe_guard": _NEEDS_PYTHON3,
+        "env_names": names,
+    }

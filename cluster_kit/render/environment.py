@@ -25,40 +25,6 @@ from cluster_kit.render.settings import (
 )
 
 # ----------------------------------------------------------------------------
-# Containers
-
-
-# Inside an image the probe needs the image's own python3; without one, say so.
-_NEEDS_PYTHON3 = (
-    'python3 -c "import json, ctypes, resource" 2>/dev/null || { echo "clusterkit: node $(hostname): '
-    'the container image has no python3 with its standard library, which the in-job preflight runs '
-    'the probe with; add it to the image (e.g. apt-get install -y python3) or set preflight: false" '
-    '>&2; exit 1; }; '
-)
-
-
-def container_context(settings: Mapping[str, Any], nccl_env: Mapping[str, str]) -> dict[str, Any]:
-    """The template's `container`: shell text to splice into srun lines ("" without one).
-
-    `srun`: the pyxis flags, with a leading space; `exec`: Apptainer's `apptainer
-    exec ... IMAGE ` prefix; `probe_guard`: the python3 test before the probe;
-    `env_names`: the exported names the container must take from the host.
-    """
-    launch = container.launch(settings, nccl_env)
-    if launch is None:
-        return {"runtime": None, "image": None, "srun": "", "exec": "", "probe_guard": "",
-                "env_names": []}
-    return {
-        "runtime": launch["runtime"],
-        "image": launch["image"],
-        "srun": "".join(" " + shq(flag) for flag in launch["srun_flags"]),
-        "exec": "".join(shq(word) + " " for word in launch["exec"]),
-        "probe_guard": _NEEDS_PYTHON3,
-        "env_names": launch["env_names"],
-    }
-
-
-# ----------------------------------------------------------------------------
 # Preflight heredocs
 
 
@@ -168,7 +134,7 @@ def build_context(
         "settings": settings,
         "directives": sbatch_directives(settings),
         "nccl_env": nccl_env,
-        "container": container_context(settings, nccl_env),
+        "container": container.template_context(settings, nccl_env),
         "launch": {
             "ntasks_per_node": shape.tasks_per_node,
             "nproc_per_node": shape.workers_per_node,
