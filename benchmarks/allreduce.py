@@ -37,22 +37,20 @@ def gpu_count() -> int:
     """GPUs visible to torch (0 on a machine without CUDA)."""
     code = "import torch; print(torch.cuda.device_count())"
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     return int(out.stdout.strip())
 
 
+def sweep_argv(nproc: int, sweep_args: list[str]) -> list[str]:
+    """The sweep under torchrun on this host, as a job's step runs it."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc-per-node={nproc}", str(SWEEP), *sweep_args]
+
+
 def run_sweep(nproc: int, sweep_args: list[str], log_path: Path) -> tuple[int, str]:
     """Run the sweep under torchrun; returns (exit status, combined log text)."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc-per-node={nproc}",
-        str(SWEEP),
-        *sweep_args,
-    ]
+    cmd = sweep_argv(nproc, sweep_args)
     proc = subprocess.run(
         cmd, check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )

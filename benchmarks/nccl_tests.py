@@ -50,6 +50,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from allreduce import (  # the sweep as benchmarks/allreduce.py runs it
+    SWEEP,
+    gpu_count,
+    sweep_argv,
+)
+
 from cluster_kit.report.allreduce import (
     LARGE_MESSAGE_BYTES,
     SweepLogError,
@@ -58,7 +64,6 @@ from cluster_kit.report.allreduce import (
     parse_sweep_meta,
 )
 
-SWEEP = ROOT / "cluster_kit" / "node" / "allreduce_sweep.py"
 Row = dict[str, Any]
 
 _VERSION = re.compile(
@@ -235,19 +240,6 @@ def format_comparison(rows: list[Row], large: Row) -> str:
     return "\n".join(lines)
 
 
-def gpu_count() -> int:
-    """GPUs visible to torch (0 without CUDA)."""
-    code = "import torch; print(torch.cuda.device_count())"
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    return int(out.stdout.strip())
-
-
 def run_logged(cmd: list[str], log: Path, timeout: float) -> tuple[int, str]:
     """Run ``cmd``, write stdout+stderr to ``log``; (exit status, text)."""
     try:
@@ -323,13 +315,7 @@ def main() -> int:
         args.timeout,
     )
     sweep_status, sweep_text = run_logged(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc-per-node={nproc}",
-            str(SWEEP),
+        sweep_argv(nproc, [
             "--min-bytes",
             str(args.min_bytes),
             "--max-bytes",
@@ -338,7 +324,7 @@ def main() -> int:
             str(args.warmup),
             "--iters",
             str(args.iters),
-        ],
+        ]),
         logs / "allreduce_sweep.log",
         args.timeout,
     )

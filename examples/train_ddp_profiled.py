@@ -14,26 +14,15 @@ profiles by itself, instead of the explicit StepProfiler loop.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
-from datetime import timedelta
-from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-
-def load_ddp_helper() -> Any:
-    """cluster_kit.ddp: installed, or from the checkout this example lives in."""
-    try:
-        from cluster_kit import ddp
-    except ImportError:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-        from cluster_kit import ddp
-    return ddp
+# The plain example beside this file: its process-group setup and cluster_kit.ddp loader.
+from train_ddp import load_ddp_helper, setup
 
 
 def parse_args() -> argparse.Namespace:
@@ -46,18 +35,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--slow-ms", type=float, default=0.0, help="extra compute per step there")
     parser.add_argument("--build-step", action="store_true", help="profile through build_step")
     return parser.parse_args()
-
-
-def setup(ddp: Any) -> torch.device:
-    ddp.prepare_process_group_env()  # CUDA graphs need NCCL's async error handling off
-    if torch.cuda.is_available():
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        torch.cuda.set_device(local_rank)
-        backend, device = "nccl", torch.device("cuda", local_rank)
-    else:
-        backend, device = "gloo", torch.device("cpu")
-    dist.init_process_group(backend, init_method="env://", timeout=timedelta(minutes=5))
-    return device
 
 
 def build_model(args: argparse.Namespace, device: torch.device) -> nn.Module:
@@ -82,7 +59,8 @@ def busy(ms: float, device: torch.device) -> None:
 def main() -> int:
     args = parse_args()
     ddp = load_ddp_helper()
-    device = setup(ddp)
+    ddp.prepare_process_group_env()  # CUDA graphs need NCCL's async error handling off
+    device = setup()
     model = ddp.wrap_ddp(build_model(args, device))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     loss_fn = nn.MSELoss()
