@@ -46,10 +46,6 @@ def op_name(text: str) -> str:
     return OP_NAMES.get(key, text.lower())
 
 
-def is_comm_kernel(event: Event) -> bool:
-    return event.cat == "kernel" and NCCL_KERNEL.match(event.name) is not None
-
-
 def is_cpu_collective(event: Event) -> bool:
     return event.name.startswith(CPU_COLLECTIVE_PREFIXES)
 
