@@ -193,6 +193,10 @@ def main() -> int:
             say(f"rank=0 steps={args.steps} loss={loss:.4f} weights_in_sync={str(in_sync).lower()} {verdict}")
         return 0 if ok and in_sync else 1
     finally:
+        # No rank tears its connections down while a peer still talks over them:
+        # a gloo peer that loses them aborts ("terminate called without an active
+        # exception"), and the job then fails after training succeeded.
+        dist.barrier()
         dist.destroy_process_group()
 
 
