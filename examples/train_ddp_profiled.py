@@ -91,6 +91,7 @@ def main() -> int:
                 prof.step()
     if dist.get_rank() == 0:
         sys.stdout.write(f"rank=0 steps={args.steps} loss={float(loss):.4f} ok\n")
+    dist.barrier()  # as in train_ddp.py: nobody tears the group down under a peer
     dist.destroy_process_group()
     return 0
 
