@@ -10,10 +10,16 @@ of Linear+GELU (MSE loss) and small pre-norm transformers (embedding, blocks of
 SDPA attention and MLP, cross-entropy on tokens). Three ways to run the same step:
 
 * *eager*: the plain loop, with AdamW as users create it (``capturable=False``);
-* *graphed*: ``cluster_kit.ddp.build_step`` with the same options;
+* *graphed*: ``cluster_kit.ddp.build_step`` with the same options and
+  ``keep_faster=False``: the graph, whatever it costs;
+* *build_step*: the same call as a job makes it (``keep_faster=True``, the
+  default): its trial on the example batch keeps the graph or the eager step,
+  whichever was faster (the ``kept`` column);
 * *eager same-work*: the plain loop doing exactly the graph's work
   (``capturable=True``, autocast without its cache), which separates what those
   settings cost from what the graph gains;
+* *eager side*: the plain loop with DDP built and run on the capture stream, as
+  build_step runs the eager steps it keeps (``--ways`` picks which ways run);
 * *hand graph*: the same step captured by hand the way PyTorch's CUDA graphs notes
   show (side stream, 11 warm-up iterations, static tensors, lr as a tensor the
   scheduler fills), the reference for what a graph of this step can cost.
@@ -21,8 +27,10 @@ SDPA attention and MLP, cross-entropy on tokens). Three ways to run the same ste
 Each optimizer is run in its multi-tensor ("foreach") and single-kernel ("fused")
 form. Each figure is the median over ``--repeats`` runs of ``steps`` back-to-back
 steps, wall clock with the GPU synchronized at both ends, cycling over 8 distinct
-batches already on the GPU. Ratios: *speedup* = eager / graphed, *vs hand* =
-hand graph / graphed (1.00 = as fast as the hand-written graph).
+batches already on the GPU; the ways take turns within each repeat, in an order
+rotated from one repeat to the next. Ratios: *speedup* = eager / graphed, *vs hand* =
+hand graph / graphed (1.00 = as fast as the hand-written graph), *build_step vs
+eager* = eager / build_step (>= 1.00: the step a job gets is no slower than eager).
 """
 
 from __future__ import annotations
@@ -221,33 +229,48 @@ def warmup_cosine(optimizer: torch.optim.Optimizer, total: int = 1000) -> Any:
 
 
 def eager_step(
-    cfg: Config, device: torch.device, impl: str, as_graphed: bool = False
+    cfg: Config, device: torch.device, impl: str, as_graphed: bool = False,
+    on_capture_stream: bool = False,
 ) -> StepFn:
     """The plain loop: DDP, schedule, bf16 autocast, clipping, AdamW as users make it.
 
     ``as_graphed``: the same loop doing exactly the graph's work, eagerly: AdamW
     with ``capturable=True`` and autocast without its weight-cast cache.
+    ``on_capture_stream``: the plain loop with DDP built and run on the capture
+    stream, where build_step runs the eager steps it keeps.
     """
-    model = ddp.wrap_ddp(make_model(cfg, device), for_capture=False)
+    model = ddp.wrap_ddp(make_model(cfg, device), for_capture=on_capture_stream)
     opt = make_optimizer(model, impl, capturable=as_graphed)
     sched, loss_fn = warmup_cosine(opt), loss_for(cfg)
+    stream = ddp.capture_stream(device) if on_capture_stream else None
 
-    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def body(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         with torch.autocast("cuda", dtype=DTYPE, cache_enabled=not as_graphed):
             loss = loss_fn(model(x), y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        sched.step()
         return loss.detach()
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if stream is None:
+            loss = body(x, y)
+        else:
+            current = torch.cuda.current_stream(device)
+            stream.wait_stream(current)
+            with torch.cuda.stream(stream):
+                loss = body(x, y)
+            current.wait_stream(stream)
+        sched.step()
+        return loss
 
     return step
 
 
-def graphed_step(
-    cfg: Config, device: torch.device, impl: str, example: Batch
-) -> StepFn:
+def built_step(
+    cfg: Config, device: torch.device, impl: str, example: Batch, keep_faster: bool
+) -> tuple[StepFn, ddp.GraphedStep]:
     model = ddp.wrap_ddp(make_model(cfg, device), for_capture=True)
     opt = make_optimizer(model, impl, capturable=False)
     sched = warmup_cosine(opt)
@@ -259,8 +282,9 @@ def graphed_step(
         enabled=True,
         autocast_dtype=DTYPE,
         max_grad_norm=MAX_GRAD_NORM,
+        keep_faster=keep_faster,
     )
-    if not step.graphed:
+    if not keep_faster and not step.graphed:
         raise SystemExit(f"{cfg.name}: not graphed: {step.reason}")
 
     def run(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -268,7 +292,7 @@ def graphed_step(
         sched.step()
         return loss
 
-    return run
+    return run, step
 
 
 def hand_graph_step(
@@ -313,49 +337,73 @@ def hand_graph_step(
 
 
 def time_steps(
-    step: StepFn, batches: list[Batch], steps: int, repeats: int
-) -> list[float]:
-    """Milliseconds per step for each repeat (after 5 untimed steps)."""
-    for i in range(5):
-        step(*batches[i % len(batches)])
-    results = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for i in range(steps):
+    runs: dict[str, StepFn], batches: list[Batch], steps: int, repeats: int
+) -> dict[str, list[float]]:
+    """Milliseconds per step of each run, one repeat of each in turn (after 5 untimed steps).
+
+    The runs take turns, in an order rotated every repeat, so that a GPU that slows
+    down as it warms up over the minutes of a row slows all of them alike.
+    """
+    for step in runs.values():
+        for i in range(5):
             step(*batches[i % len(batches)])
-        torch.cuda.synchronize()
-        results.append((time.perf_counter() - start) * 1e3 / steps)
+    names = list(runs)
+    results: dict[str, list[float]] = {name: [] for name in names}
+    for rep in range(repeats):
+        for name in names[rep % len(names):] + names[: rep % len(names)]:
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for i in range(steps):
+                runs[name](*batches[i % len(batches)])
+            torch.cuda.synchronize()
+            results[name].append((time.perf_counter() - start) * 1e3 / steps)
     return results
 
 
+WAYS = ("eager", "eager_as_graphed", "graphed", "hand", "build_step", "eager_side")
+RATIOS = {  # name: (numerator way, denominator way)
+    "speedup": ("eager", "graphed"),
+    "vs_hand": ("hand", "graphed"),
+    "vs_same_work": ("eager_as_graphed", "graphed"),
+    "build_step_vs_eager": ("eager", "build_step"),
+}
+
+
 def bench_config(
-    cfg: Config, impl: str, device: torch.device, repeats: int
+    cfg: Config, impl: str, device: torch.device, repeats: int, ways: list[str]
 ) -> dict[str, Any]:
-    """Eager, graphed and hand graph of one model and optimizer: one row."""
+    """The chosen ways of running one model and optimizer's step: one row."""
     batches = make_batches(cfg, device)
-    runs = {
-        "eager": eager_step(cfg, device, impl),
-        "eager_as_graphed": eager_step(cfg, device, impl, as_graphed=True),
-        "graphed": graphed_step(cfg, device, impl, batches[0]),
-        "hand": hand_graph_step(cfg, device, impl, batches[0]),
-    }
-    times = {
-        name: time_steps(fn, batches, cfg.steps, repeats) for name, fn in runs.items()
-    }
+    example = batches[0]
+    kept_step = None
+    runs: dict[str, StepFn] = {}
+    for way in ways:
+        if way == "build_step":
+            runs[way], kept_step = built_step(cfg, device, impl, example, keep_faster=True)
+        elif way == "graphed":
+            runs[way] = built_step(cfg, device, impl, example, keep_faster=False)[0]
+        elif way == "hand":
+            runs[way] = hand_graph_step(cfg, device, impl, example)
+        else:
+            runs[way] = eager_step(cfg, device, impl, as_graphed=way == "eager_as_graphed",
+                                   on_capture_stream=way == "eager_side")
+    times = time_steps(runs, batches, cfg.steps, repeats)
     del runs
     torch.cuda.empty_cache()
     med = {name: statistics.median(t) for name, t in times.items()}
-    return {
+    row: dict[str, Any] = {
         **asdict(cfg),
         "optimizer": f"AdamW {impl}",
         **{f"{name}_ms": m for name, m in med.items()},
         **{f"{name}_ms_all": t for name, t in times.items()},
-        "speedup": med["eager"] / med["graphed"],
-        "vs_hand": med["hand"] / med["graphed"],
-        "vs_same_work": med["eager_as_graphed"] / med["graphed"],
-        "graphed_tflops": cfg.flops_per_step() / (med["graphed"] * 1e-3) / 1e12,
+        **{name: med[a] / med[b] for name, (a, b) in RATIOS.items() if a in med and b in med},
     }
+    if kept_step is not None:
+        row["kept"] = "graph" if kept_step.graphed else "eager"
+        row["trial_ms"] = kept_step.trial_ms
+    if "graphed" in med:
+        row["graphed_tflops"] = cfg.flops_per_step() / (med["graphed"] * 1e-3) / 1e12
+    return row
 
 
 def facts(device: torch.device) -> dict[str, Any]:
@@ -369,20 +417,17 @@ def facts(device: torch.device) -> dict[str, Any]:
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    """Per model and optimizer: the three step times and the two ratios."""
-    head = (
-        f"{'model':<24} {'optimizer':<13} {'eager ms':>9} {'graphed ms':>10} "
-        f"{'hand ms':>9} {'speedup':>8} {'vs hand':>8} {'TFLOP/s':>8} "
-        f"{'eager same-work ms':>18}"
-    )
-    lines = [head]
+    """Per model and optimizer: each way's step time, then the ratios the ways allow."""
+    ways = [w for w in WAYS if f"{w}_ms" in rows[0]]
+    ratios = [r for r in RATIOS if r in rows[0]]
+    cols = [f"{w} ms" for w in ways] + (["kept"] if "kept" in rows[0] else []) + ratios
+    lines = [f"{'model':<24} {'optimizer':<13} " + " ".join(f"{c:>{max(8, len(c))}}" for c in cols)]
     for r in rows:
-        lines.append(
-            f"{r['name']:<24} {r['optimizer']:<13} {r['eager_ms']:>9.3f} "
-            f"{r['graphed_ms']:>10.3f} {r['hand_ms']:>9.3f} {r['speedup']:>7.2f}x "
-            f"{r['vs_hand']:>8.3f} {r['graphed_tflops']:>8.1f} "
-            f"{r['eager_as_graphed_ms']:>18.3f}"
-        )
+        cells = [f"{r[f'{w}_ms']:.3f}" for w in ways]
+        cells += [r["kept"]] if "kept" in r else []
+        cells += [f"{r[name]:.3f}" for name in ratios]
+        lines.append(f"{r['name']:<24} {r['optimizer']:<13} "
+                     + " ".join(f"{c:>{max(8, len(h))}}" for c, h in zip(cells, cols)))
     return "\n".join(lines)
 
 
@@ -391,7 +436,12 @@ def main() -> None:
     parser.add_argument("--json", help="write the figures to this file")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--only", help="run only the models whose name contains this")
+    parser.add_argument("--ways", default="eager,eager_as_graphed,graphed,hand,build_step",
+                        help=f"comma-separated, of: {', '.join(WAYS)}")
     args = parser.parse_args()
+    ways = [w for w in args.ways.split(",") if w]
+    if unknown := sorted(set(ways) - set(WAYS)):
+        parser.error(f"unknown way {', '.join(unknown)}; choose from {', '.join(WAYS)}")
     # The hand-written graph never calls opt.step() after capture, which LambdaLR
     # warns about; the warning says nothing about this benchmark.
     warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler")
@@ -401,7 +451,7 @@ def main() -> None:
         rows = []
         for cfg in configs:
             for impl in ("foreach", "fused"):
-                rows.append(bench_config(cfg, impl, device, args.repeats))
+                rows.append(bench_config(cfg, impl, device, args.repeats, ways))
                 if dist.get_rank() == 0:
                     print(format_table(rows[-1:]).splitlines()[-1], flush=True)
         if dist.get_rank() == 0:

@@ -34,6 +34,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +45,8 @@ from torch import nn
 
 ENV_FLAG = "CLUSTERKIT_CUDA_GRAPHS"
 DDP_MIN_WARMUP = 11  # PyTorch's CUDA graphs notes: DDP needs 11 eager iterations first
+TRIAL_WARMUP = 2  # untimed steps before each timed run of keep_faster's trial
+TRIAL_STEPS = 5  # timed steps of each way; the same on every rank (eager steps all-reduce)
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -50,6 +54,7 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 LOG = logging.getLogger("cluster_kit.ddp")
 _LOGGED: set[str] = set()
 _CAPTURE_STREAMS: dict[int, torch.cuda.Stream] = {}
+_BUILT_ON_CAPTURE_STREAM: weakref.WeakSet[nn.Module] = weakref.WeakSet()
 
 
 def graphs_requested(environ: dict[str, str] | None = None) -> bool:
@@ -116,6 +121,7 @@ def wrap_ddp(
     with torch.cuda.stream(side):
         wrapped = DistributedDataParallel(module, **ddp_kwargs)
     torch.cuda.current_stream(device).wait_stream(side)
+    _BUILT_ON_CAPTURE_STREAM.add(wrapped)
     return wrapped
 
 
@@ -407,6 +413,40 @@ def _restore_scaler(scaler: Any | None, saved: dict[str, torch.Tensor] | None) -
             scaler._growth_tracker.fill_(scaler._init_growth_tracker)
 
 
+class _RngState:
+    """The CPU and the device's random number generators, put back after trial steps."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.cpu = torch.get_rng_state()
+        self.cuda = torch.cuda.get_rng_state(device)
+
+    def restore(self) -> None:
+        torch.set_rng_state(self.cpu)
+        torch.cuda.set_rng_state(self.cuda, self.device)
+
+
+def _time_ms(run: Callable[[], Any], device: torch.device) -> float:
+    """Milliseconds per call of ``run``: TRIAL_STEPS back to back, synchronized at both ends."""
+    for _ in range(TRIAL_WARMUP):
+        run()
+    torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    for _ in range(TRIAL_STEPS):
+        run()
+    torch.cuda.synchronize(device)
+    return (time.perf_counter() - start) * 1e3 / TRIAL_STEPS
+
+
+def _slowest_rank(values: list[float], device: torch.device) -> list[float]:
+    """Each value's maximum over the ranks, so that every rank decides alike."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return values
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return tensor.tolist()
+
+
 class GraphedStep:
     """One DDP training step, replayed from a CUDA graph when it can be.
 
@@ -422,6 +462,12 @@ class GraphedStep:
     of size k on inputs and targets, DDP ``no_sync()`` on all but the last);
     ``grad_scaler`` scales an fp16 loss. Graphed or eager, a step computes what
     the plain loop in SPEC "cluster_kit.ddp" computes.
+
+    ``keep_faster`` times the plain eager step and the replayed graph on the
+    example batch (TRIAL_STEPS each, the slowest rank's figure) and keeps the graph
+    only if it is faster: a compute-bound step gains nothing from a graph and pays
+    for what capture needs (``capturable`` optimizer state, autocast without its
+    cache). ``trial_ms`` holds both figures. Trial steps, like warm-up, are undone.
 
     After construction ``graphed`` says whether steps replay a graph and
     ``reason`` why not (None when graphed).
@@ -440,6 +486,7 @@ class GraphedStep:
         max_grad_norm: float | None = None,
         accumulation_steps: int = 1,
         grad_scaler: Any | None = None,
+        keep_faster: bool = False,
     ) -> None:
         self.model = model
         self.optimizer = optimizer
@@ -449,9 +496,19 @@ class GraphedStep:
         self.max_grad_norm = max_grad_norm
         self.accumulation_steps = accumulation_steps
         self.grad_scaler = grad_scaler
+        self.keep_faster = keep_faster
         self.device = module_device(model)
         self.graphed = False
         self.reason: str | None = None
+        self.trial_ms: dict[str, float] | None = None
+        self._capturing = False  # autocast keeps its cache except for the graph's steps
+        # Eager steps of a DDP built on the capture stream run there too: its
+        # AccumulateGrad nodes live on that stream, and autograd would join the two
+        # streams at every gradient otherwise.
+        self._eager_stream = (
+            capture_stream(self.device) if model in _BUILT_ON_CAPTURE_STREAM else None
+        )
+        self._made_capturable: list[dict[str, Any]] = []
         self._params = [p for p in model.parameters() if p.requires_grad]
         self._grad_norm: torch.Tensor | None = None
         self._graph: torch.cuda.CUDAGraph | None = None
@@ -526,6 +583,13 @@ class GraphedStep:
     def _capture_or_fall_back(self, example_batch: Batch) -> None:
         snapshot = _Snapshot.take(self.model, self.optimizer)
         scaler_state = _save_scaler(self.grad_scaler)
+        rng = _RngState(self.device)
+        eager_ms = None
+        if self.keep_faster:
+            eager_ms = self._time_eager(example_batch)
+            snapshot.restore(self.model, self.optimizer, keep_new_state=False)
+            _restore_scaler(self.grad_scaler, scaler_state)
+            rng.restore()
         error: str | None = None
         try:
             self._prepare_optimizer()
@@ -538,17 +602,65 @@ class GraphedStep:
         ok = _all_ranks_agree(error is None, self.device)
         if ok:
             self.graphed = True
+            if eager_ms is not None:
+                self._keep_faster(eager_ms)
         else:
-            self._graph = None
-            self._grad_norm = None
             self.reason = error or "capture failed on another rank"
             _log_once(
                 logging.WARNING,
                 f"CUDA graphs off, training steps run eagerly: {self.reason}",
             )
+        if not self.graphed:
+            self._drop_graph()
         snapshot.restore(self.model, self.optimizer, keep_new_state=self.graphed)
         _restore_scaler(self.grad_scaler, scaler_state)
+        if not self.graphed and eager_ms is not None:
+            rng.restore()  # eager from here: the plain loop's random numbers
         torch.cuda.synchronize(self.device)
+
+    def _time_eager(self, example_batch: Batch) -> float:
+        """The plain loop's step on the example batch, in ms (the optimizer as given)."""
+        inputs, targets = (t.to(self.device) for t in example_batch)
+        return _time_ms(lambda: self._eager_step(inputs, targets), self.device)
+
+    def _eager_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        stream = self._eager_stream
+        if stream is None:
+            self.optimizer.zero_grad(set_to_none=True)
+            return self._train_step(inputs, targets)
+        current = torch.cuda.current_stream(self.device)
+        stream.wait_stream(current)
+        with torch.cuda.stream(stream):
+            self.optimizer.zero_grad(set_to_none=True)
+            loss = self._train_step(inputs, targets)
+        current.wait_stream(stream)
+        return loss
+
+    def _keep_faster(self, eager_ms: float) -> None:
+        """Replay the graph as long as the trial's eager steps took; keep the faster."""
+        assert self._graph is not None
+        graph = self._graph
+        graphed_ms = _time_ms(graph.replay, self.device)
+        eager_ms, graphed_ms = _slowest_rank([eager_ms, graphed_ms], self.device)
+        self.trial_ms = {"eager": eager_ms, "graphed": graphed_ms}
+        if graphed_ms <= eager_ms:
+            return
+        self.graphed = False
+        self.reason = (
+            f"eager steps were faster: {eager_ms:.3f} ms against {graphed_ms:.3f} ms "
+            "replayed (a compute-bound step); keep_faster=False keeps the graph"
+        )
+        _log_once(logging.INFO, f"CUDA graph not kept: {self.reason}")
+
+    def _drop_graph(self) -> None:
+        """Back to the optimizer and tensors of the plain loop; the graph's memory goes."""
+        self._graph = None
+        self._static_inputs = self._static_targets = self._static_loss = None
+        self._grad_norm = None
+        for group in self._made_capturable:
+            group["capturable"] = False
+        self._made_capturable = []
+        self.optimizer.zero_grad(set_to_none=True)
 
     def _prepare_optimizer(self) -> None:
         """Adam-style optimizers keep their step count on the GPU only when capturable."""
@@ -560,6 +672,7 @@ class GraphedStep:
                         "capturable=True (e.g. AdamW(..., capturable=True))"
                     )
                 group["capturable"] = True
+                self._made_capturable.append(group)
 
     def _capture(self, example_batch: Batch) -> None:
         inputs, targets = example_batch
@@ -567,26 +680,31 @@ class GraphedStep:
         self._static_targets = targets.detach().to(self.device, copy=True)
         side = capture_stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(self.warmup):
-                self.optimizer.zero_grad(set_to_none=True)
-                self._train_step(self._static_inputs, self._static_targets)
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        # Grads must be None so that the captured backward allocates and writes them.
-        self.optimizer.zero_grad(set_to_none=True)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=side):
-            self._static_loss = self._train_step(
-                self._static_inputs, self._static_targets
-            )
+        self._capturing = True
+        try:
+            with torch.cuda.stream(side):
+                for _ in range(self.warmup):
+                    self.optimizer.zero_grad(set_to_none=True)
+                    self._train_step(self._static_inputs, self._static_targets)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            # Grads must be None so that the captured backward allocates and writes them.
+            self.optimizer.zero_grad(set_to_none=True)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=side):
+                self._static_loss = self._train_step(
+                    self._static_inputs, self._static_targets
+                )
+        finally:
+            self._capturing = False
         self._graph = graph
 
     def _autocast(self) -> Any:
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
-        # A graph must not keep autocast's cache of cast weights from capture time.
+        # A graph must not keep autocast's cache of cast weights from capture time;
+        # eager steps keep it, as the plain loop does.
         return torch.autocast(
-            self.device.type, dtype=self.autocast_dtype, cache_enabled=False
+            self.device.type, dtype=self.autocast_dtype, cache_enabled=not self._capturing
         )
 
     def _micro_batch_context(self, index: int) -> Any:
@@ -632,8 +750,7 @@ class GraphedStep:
         """Run one training step on this batch and return its loss (a new tensor)."""
         if not self.graphed:
             self._check_micro_batches(inputs, targets, what="the batch's")
-            self.optimizer.zero_grad(set_to_none=True)
-            return self._train_step(inputs, targets)
+            return self._eager_step(inputs, targets)
         assert self._graph is not None and self._static_loss is not None
         self._hyper.apply()
         self._copy_batch(inputs, targets)
@@ -683,11 +800,13 @@ def build_step(
     max_grad_norm: float | None = None,
     accumulation_steps: int = 1,
     grad_scaler: Any | None = None,
+    keep_faster: bool = True,
 ) -> GraphedStep:
     """A training step, graphed when ``enabled`` (default: ``CLUSTERKIT_CUDA_GRAPHS=1``).
 
     See :class:`GraphedStep` for the options; ``step.graphed`` and ``step.reason``
-    say whether it replays a graph and why not.
+    say whether it replays a graph and why not. With ``keep_faster`` (the default)
+    the graph is kept only where it beats the eager step, timed on the example batch.
     """
     wanted = graphs_requested() if enabled is None else enabled
     step = GraphedStep(
@@ -701,6 +820,7 @@ def build_step(
         max_grad_norm=max_grad_norm,
         accumulation_steps=accumulation_steps,
         grad_scaler=grad_scaler,
+        keep_faster=keep_faster,
     )
     return step
 

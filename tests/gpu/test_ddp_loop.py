@@ -1,9 +1,11 @@
 """A graphed training loop equals the plain eager loop, option by option, on a real GPU.
 
 Each test runs 50 steps from the same seed and batches twice: through
-``build_step(..., enabled=True)`` (asserted to replay a graph) and through the
-plain loop of SPEC "cluster_kit.ddp" written out by hand, and compares the loss,
-the gradient norm, the GradScaler's scale and the parameters after every step.
+``build_step(..., enabled=True, keep_faster=False)`` (asserted to replay a graph)
+and through the plain loop of SPEC "cluster_kit.ddp" written out by hand, and
+compares the loss, the gradient norm, the GradScaler's scale and the parameters
+after every step. The keep_faster tests at the end run build_step's own trial and
+check what it keeps, graph or eager, against the same plain loop.
 World size 1 NCCL process group on localhost (file store). Skipped without CUDA.
 """
 
@@ -55,11 +57,13 @@ def nccl_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     dist.destroy_process_group()
 
 
-def make_net() -> nn.Module:
+def make_net(dropout: float = 0.0) -> nn.Module:
+    """A small MLP; with ``dropout`` its random numbers must match between the loops."""
     torch.manual_seed(0)
-    return nn.Sequential(
-        nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 8)
-    ).cuda()
+    layers = [nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 8)]
+    if dropout:
+        layers.insert(2, nn.Dropout(dropout))
+    return nn.Sequential(*layers).cuda()
 
 
 def make_batches(k: int = 1, inf: bool = False) -> list[Batch]:
@@ -79,14 +83,14 @@ def make_batches(k: int = 1, inf: bool = False) -> list[Batch]:
     return data
 
 
-def adamw(impl: str) -> Callable[[nn.Module], torch.optim.Optimizer]:
+def adamw(impl: str, capturable: bool = True) -> Callable[[nn.Module], torch.optim.Optimizer]:
     def make(model: nn.Module) -> torch.optim.Optimizer:
         fused = impl == "fused"
         return torch.optim.AdamW(
             model.parameters(),
             lr=3e-3,
             weight_decay=0.1,
-            capturable=True,
+            capturable=capturable,
             fused=fused,
             foreach=not fused,
         )
@@ -184,12 +188,15 @@ def run_graphed(
     hook: Hook,
     data: list[Batch],
     make_opt: Callable[[nn.Module], torch.optim.Optimizer],
+    keep_faster: bool = False,
+    dropout: float = 0.0,
 ) -> tuple[ddp.GraphedStep, list[Record]]:
-    model = ddp.wrap_ddp(make_net(), for_capture=True)
+    model = ddp.wrap_ddp(make_net(dropout), for_capture=True)
     opt, scaler = make_opt(model), scaler_factory(opts)
     kwargs = {k: v for k, v in opts.items() if k != "grad_scaler"}
     step = ddp.build_step(
-        model, opt, F.mse_loss, data[0], enabled=True, grad_scaler=scaler, **kwargs
+        model, opt, F.mse_loss, data[0], enabled=True, grad_scaler=scaler,
+        keep_faster=keep_faster, **kwargs
     )
     out = []
     for i, batch in enumerate(data):
@@ -203,8 +210,9 @@ def run_plain(
     hook: Hook,
     data: list[Batch],
     make_opt: Callable[[nn.Module], torch.optim.Optimizer],
+    dropout: float = 0.0,
 ) -> list[Record]:
-    model = DistributedDataParallel(make_net(), device_ids=[0])
+    model = DistributedDataParallel(make_net(dropout), device_ids=[0])
     opt, scaler = make_opt(model), scaler_factory(opts)
     out = []
     for i, batch in enumerate(data):
@@ -341,7 +349,7 @@ def test_a_change_the_graph_cannot_follow_is_refused() -> None:
     model = ddp.wrap_ddp(make_net(), for_capture=True)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     data = make_batches()
-    step = ddp.build_step(model, opt, F.mse_loss, data[0], enabled=True)
+    step = ddp.build_step(model, opt, F.mse_loss, data[0], enabled=True, keep_faster=False)
     assert step.graphed is True
     step(*data[1])
     opt.param_groups[0]["lr"] = 0.01
@@ -351,3 +359,85 @@ def test_a_change_the_graph_cannot_follow_is_refused() -> None:
     opt.param_groups[0]["momentum"] = 0.5
     with pytest.raises(ValueError, match=r"\['momentum'\] changed from 0.9 to 0.5"):
         step(*data[2])
+
+
+# --- keep_faster: build_step's own trial of eager against graphed ---------------------
+
+EVERYTHING_BF16 = {"autocast_dtype": torch.bfloat16, "max_grad_norm": 0.5}
+
+
+def prefer(monkeypatch: pytest.MonkeyPatch, eager_ms: float, graphed_ms: float) -> None:
+    """Make the trial's verdict known in advance; the trial itself still runs."""
+    real = ddp._slowest_rank
+
+    def verdict(values: list[float], device: torch.device) -> list[float]:
+        real(values, device)
+        return [eager_ms, graphed_ms]
+
+    monkeypatch.setattr(ddp, "_slowest_rank", verdict)
+
+
+@pytest.mark.parametrize("impl", ["foreach", "fused"])
+def test_a_kept_eager_step_is_the_plain_loop_bit_for_bit(
+    monkeypatch: pytest.MonkeyPatch, impl: str
+) -> None:
+    """AdamW as users create it (capturable=False), dropout, bf16, clipping, schedule."""
+    prefer(monkeypatch, eager_ms=1.0, graphed_ms=2.0)
+    data = make_batches()
+    make_opt = adamw(impl, capturable=False)
+    want = run_plain(EVERYTHING_BF16, scheduled, data, make_opt, dropout=0.1)
+    step, got = run_graphed(
+        EVERYTHING_BF16, scheduled, data, make_opt, keep_faster=True, dropout=0.1
+    )
+    assert step.graphed is False
+    assert step.trial_ms == {"eager": 1.0, "graphed": 2.0}
+    assert "eager steps were faster: 1.000 ms against 2.000 ms" in str(step.reason)
+    assert "keep_faster=False" in str(step.reason)
+    assert all(g["capturable"] is False for g in step.optimizer.param_groups)
+    assert_same_training(got, want, 0.0)
+
+
+def test_a_graph_kept_after_the_trial_is_the_plain_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The trial's eager steps leave no trace: parameters, state and RNG put back."""
+    prefer(monkeypatch, eager_ms=2.0, graphed_ms=1.0)
+    data = make_batches()
+    want = run_plain(EVERYTHING_BF16, scheduled, data, adamw("fused"))
+    step, got = run_graphed(
+        EVERYTHING_BF16, scheduled, data, adamw("fused"), keep_faster=True
+    )
+    assert step.graphed is True and step.reason is None
+    assert_same_training(got, want, 0.0)
+
+
+def test_keep_faster_keeps_the_graph_of_a_launch_bound_step() -> None:
+    """A small MLP spends its step launching kernels: its graph is kept, by measurement."""
+    data = make_batches()
+    step, _ = run_graphed(EVERYTHING_BF16, scheduled, data, adamw("fused"), keep_faster=True)
+    assert step.trial_ms is not None
+    print(f"launch-bound trial: {step.trial_ms}")
+    assert step.graphed is True, step.reason
+    assert step.trial_ms["graphed"] * 2 < step.trial_ms["eager"]
+
+
+def test_keep_faster_on_a_compute_bound_step_keeps_what_its_trial_found_faster() -> None:
+    """Wide layers, big batches: graph and eager within a few per cent; the faster is kept."""
+    torch.manual_seed(0)
+    model = ddp.wrap_ddp(
+        nn.Sequential(*(nn.Sequential(nn.Linear(4096, 4096), nn.GELU()) for _ in range(4))).cuda(),
+        for_capture=True,
+    )
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    x, y = torch.randn(8192, 4096, device="cuda"), torch.randn(8192, 4096, device="cuda")
+    step = ddp.build_step(
+        model, opt, F.mse_loss, (x, y), enabled=True, autocast_dtype=torch.bfloat16,
+        max_grad_norm=1.0,
+    )
+    trial = step.trial_ms
+    assert trial is not None
+    print(f"compute-bound trial: {trial}, kept {'graph' if step.graphed else 'eager'}")
+    assert step.graphed is (trial["graphed"] <= trial["eager"])
+    assert 0.5 < trial["graphed"] / trial["eager"] < 1.5  # neither way gains much here
+    loss = step(x, y)
+    assert torch.isfinite(loss)

@@ -60,8 +60,9 @@ def plain_ddp_losses(
 
 
 def test_cpu_falls_back_to_eager_with_a_reason(
-    process_group: None, caplog: pytest.LogCaptureFixture
+    process_group: None, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(ddp, "_LOGGED", set())  # what earlier tests logged is logged again
     data = batches(1)
     model = ddp.wrap_ddp(make_model())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)

@@ -263,6 +263,18 @@ def test_eager_step_without_a_process_group_wrapper_equals_plain_steps() -> None
     assert all(torch.equal(a, b) for a, b in zip(net.parameters(), ref.parameters()))
 
 
+def test_keep_faster_runs_no_trial_where_nothing_can_be_graphed() -> None:
+    """On CPU there is no graph to time: no trial steps, the parameters untouched."""
+    torch.manual_seed(0)
+    net = torch.nn.Linear(8, 4)
+    before = [p.detach().clone() for p in net.parameters()]
+    step = ddp.build_step(net, adamw(net), F.mse_loss, make_batches(1)[0],
+                          enabled=True, keep_faster=True)
+    assert step.graphed is False and step.trial_ms is None
+    assert step.reason == "CUDA is not available"
+    assert all(torch.equal(a, b) for a, b in zip(before, net.parameters()))
+
+
 # --- what cannot be graphed, and why -------------------------------------------
 
 
