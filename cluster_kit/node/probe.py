@@ -341,8 +341,25 @@ SITE_DIRS_SNIPPET = (
 )
 
 
+def is_running_interpreter(python: str) -> bool:
+    """Whether `python` names the interpreter running the probe, with its own settings.
+
+    The path is compared unresolved: a virtualenv's python links to the system
+    one but has site-packages of its own.
+    """
+    found = shutil.which(python)
+    return (found is not None and os.path.abspath(found) == os.path.abspath(sys.executable)
+            and not (sys.flags.no_site or sys.flags.no_user_site or sys.flags.isolated))
+
+
 def python_site_dirs(python: str) -> List[str]:
-    """site-packages directories of another interpreter (environment.python)."""
+    """site-packages directories of another interpreter (environment.python).
+
+    Asking the interpreter running the probe would cost a second start-up (the
+    larger part of the probe's CPU) to learn what own_site_dirs already knows.
+    """
+    if is_running_interpreter(python):
+        return []
     try:
         code, out, _ = run_command([python, "-c", SITE_DIRS_SNIPPET])
     except (OSError, CommandTimeout):

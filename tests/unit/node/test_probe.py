@@ -832,3 +832,16 @@ def test_health_facts_are_the_same_on_python36(tmp_path: Path, name: str) -> Non
         assert on36[section] == current[section]
     assert on36["rdma"]["hcas"]["mlx5_1"]["ports"]["1"]["counters"] == (
         current["rdma"]["hcas"]["mlx5_1"]["ports"]["1"]["counters"])
+
+
+def test_the_running_interpreter_is_not_started_again_for_its_site_dirs(tmp_path: Path) -> None:
+    """--python naming the probe's own interpreter costs no second start-up; a venv-like
+    link to it (site-packages of its own) is still asked."""
+    link = tmp_path / "venv-python"
+    link.symlink_to(sys.executable)
+    assert probe.is_running_interpreter(sys.executable)
+    assert not probe.is_running_interpreter(str(link))
+    assert not probe.is_running_interpreter(str(tmp_path / "missing-python"))
+    assert probe.python_site_dirs(sys.executable) == []
+    asked = probe.python_site_dirs(str(link))
+    assert asked and all(d.endswith(("site-packages", "dist-packages")) for d in asked)
