@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -51,7 +52,14 @@ def cli_env(dev_cluster: Any, **extra: str) -> dict[str, str]:
 
 def start(dev_cluster: Any, *args: str, env: dict[str, str] | None = None,
           cwd: Path = REPO) -> subprocess.Popen[str]:
-    """`clusterkit ARGS...` running in the background (stdout/stderr captured)."""
+    """`clusterkit ARGS...` running in the background (stdout/stderr captured).
+
+    A suite started in the background of a shell without job control inherits
+    SIGINT ignored, which exec passes on and under which Python never raises
+    KeyboardInterrupt; a handled SIGINT is reset to the default by exec instead.
+    """
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     return subprocess.Popen(clusterkit_argv() + list(args), cwd=cwd, text=True,
                             env=env or cli_env(dev_cluster), stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
