@@ -7,7 +7,7 @@ Every step is what a real job runs: warm-up + cosine LR schedule (a LambdaLR
 stepped after every step), forward and loss under bf16 autocast, gradients
 clipped to norm 1.0, AdamW with weight decay, a new batch every step. Models: MLPs
 of Linear+GELU (MSE loss) and small pre-norm transformers (embedding, blocks of
-SDPA attention and MLP, cross-entropy on tokens). Three ways to run the same step:
+SDPA attention and MLP, cross-entropy on tokens). The ways to run the same step:
 
 * *eager*: the plain loop, with AdamW as users create it (``capturable=False``);
 * *graphed*: ``cluster_kit.ddp.build_step`` with the same options and
