@@ -117,6 +117,8 @@ async def _serve_one(client_r: asyncio.StreamReader, client_w: asyncio.StreamWri
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         await asyncio.gather(_pump(client_r, server_w, delay), _pump(server_r, client_w, delay))
+    except asyncio.CancelledError:
+        pass  # the relay is stopping: a quiet end, not asyncio's "exception in callback"
     finally:
         for w in (client_w, server_w):
             w.close()
@@ -137,6 +139,11 @@ async def _main(listen: tuple[str, int], target: tuple[str, int], delay: float) 
     print("listening", flush=True)
     async with server:
         await stop.wait()
+    # end the connections still open ourselves, so none is destroyed while pending
+    pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
 
 
 def main() -> int:
