@@ -23,7 +23,10 @@ checks evaluated, JSON report). Each peer runs as a subprocess of this script:
 wall is its elapsed time, CPU its whole process tree's user+sys
 (getrusage(RUSAGE_CHILDREN) deltas: pdsh's and clush's ssh children included).
 The sshds and the probes they start are not counted: every peer pays the same
-there. The order of peers rotates from one repetition to the next.
+there in client CPU; the machine's busy and idle CPU-seconds during each run
+(/proc/stat) show them: idle near 0 means the run sat on the floor that probes,
+sshds and client make together on these cores. The order of peers rotates from
+one repetition to the next.
 
 `--scenarios direct,jump` alternates the direct run with one through a jump host:
 an sshd on 127.0.8.2 behind `relay.py` on 127.0.8.1, which holds every chunk
@@ -267,6 +270,8 @@ class Sample:
     rep: int = 0
     scenario: str = "direct"
     rss_mb: float = 0.0
+    machine_busy_s: float = 0.0  # every core's busy time during the run (/proc/stat)
+    machine_idle_s: float = 0.0  # and idle time: near 0, the run sat on the machine's CPU floor
     timeline: list[str] = dataclasses.field(default_factory=list)
 
 
@@ -290,6 +295,19 @@ def measure(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, 
     for reader in readers:
         reader.join()
     return wall, usage.ru_utime + usage.ru_stime, streams["out"], streams["err"], proc.returncode
+
+
+def machine_cpu_s() -> tuple[float, float]:
+    """(busy, idle) CPU-seconds of all cores since boot, from /proc/stat's first line
+    (idle counts iowait; (0, 0) where there is no /proc)."""
+    try:
+        with open("/proc/stat") as stat:
+            ticks = [int(x) for x in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    hz = os.sysconf("SC_CLK_TCK")
+    idle = ticks[3] + ticks[4]
+    return (sum(ticks[:8]) - idle) / hz, idle / hz
 
 
 def hosts_with_facts(stdout: str, marker: str = "{") -> int:
@@ -527,14 +545,18 @@ def main() -> int:
                 base, config=base.jump_config, scenario=scenario)
             order = peers[rep % len(peers):] + peers[:rep % len(peers)]
             for peer in order:
+                busy, idle = machine_cpu_s()
                 if peer == "clusterkit" and args.clusterkit_prefix:
                     sample = run_clusterkit(cluster, fanout, tuple(shlex.split(args.clusterkit_prefix)))
                 else:
                     sample = RUNNERS[peer](cluster, fanout)
                 sample.rep, sample.scenario = rep, scenario
+                busy_after, idle_after = machine_cpu_s()
+                sample.machine_busy_s, sample.machine_idle_s = busy_after - busy, idle_after - idle
                 samples.append(sample)
                 print(f"  rep {rep + 1} {scenario:<6} {peer:<10} fanout {fanout:>3}: wall "
                       f"{sample.wall_s:6.2f} s  CPU {sample.cpu_s:6.2f} s  "
+                      f"machine busy {sample.machine_busy_s:6.2f} CPU-s, idle {sample.machine_idle_s:5.2f} s  "
                       + (f"RSS {sample.rss_mb:5.0f} MB  " if sample.rss_mb else "")
                       + f"answered {sample.answered}/{args.nodes}"
                       + (f"  [{sample.note}]" if sample.note and sample.answered < args.nodes else ""),
