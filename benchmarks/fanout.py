@@ -22,9 +22,9 @@ and `clusterkit preflight` is the real CLI end to end (probe sent on stdin,
 checks evaluated, JSON report). Each peer runs as a subprocess of this script:
 wall is its elapsed time, CPU its whole process tree's user+sys
 (getrusage(RUSAGE_CHILDREN) deltas: pdsh's and clush's ssh children included).
-The sshds and the probes they start are not counted: every peer pays the same
-there in client CPU; the machine's busy and idle CPU-seconds during each run
-(/proc/stat) show them: idle near 0 means the run sat on the floor that probes,
+The sshds and the probes they start are not in a peer's CPU: every peer pays the
+same there. The machine's busy and idle CPU-seconds during each run (/proc/stat)
+count them with the rest: idle near 0 means the run sat on the floor that probes,
 sshds and client make together on these cores. The order of peers rotates from
 one repetition to the next.
 
