@@ -13,24 +13,23 @@ Tests point the file reads at a fake tree with $CLUSTERKIT_PROBE_ROOT (a prefix
 for /sys, /proc and /etc); external tools come from PATH.
 """
 # ruff: noqa: UP006, UP035, UP045 - typing.List/Optional: this file must run on Python 3.6
-import argparse
-import csv
-import ctypes
 import glob
 import io
 import json
 import os
-import platform
 import re
 import resource
-import shutil
 import signal
 import site
-import socket
 import subprocess
 import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
+
+# Imported where used, not here: argparse, csv and ctypes (only for --help, nvidia-smi's
+# output and a found libnccl), and no platform, shutil or socket at all. Every node
+# starts this file afresh, and those imports were a third of its CPU on a node
+# without GPUs (docs/benchmarks.md, "A leaner probe").
 
 PROBE_VERSION = 1
 ROOT_ENV = "CLUSTERKIT_PROBE_ROOT"
@@ -117,6 +116,19 @@ def read_attrs(path: str, names: Tuple[str, ...]) -> Dict[str, Optional[str]]:
     return {name: read_text(os.path.join(path, name)) for name in names}
 
 
+def which(name: str) -> Optional[str]:
+    """The executable `name` would run: itself when it names a path, else the first
+    match on $PATH (shutil.which's answer, without importing shutil and the
+    compression modules it brings)."""
+    if os.sep in name:
+        return name if os.access(name, os.X_OK) and not os.path.isdir(name) else None
+    for directory in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(directory, name)
+        if os.access(path, os.X_OK) and not os.path.isdir(path):
+            return path
+    return None
+
+
 def run_command(argv: List[str], timeout: float = COMMAND_TIMEOUT_S) -> Tuple[int, str, str]:
     """(exit code, stdout, stderr) of a command; raises OSError or CommandTimeout.
 
@@ -165,10 +177,11 @@ def parse_os_release(text: str) -> Dict[str, str]:
 def probe_os() -> Facts:
     """Kernel, distribution and this Python."""
     release = parse_os_release(read_text(host_path("/etc/os-release")) or "")
-    return {"status": "ok", "kernel": platform.release(), "arch": platform.machine(),
+    uname = os.uname()
+    return {"status": "ok", "kernel": uname.release, "arch": uname.machine,
             "os_release": release.get("PRETTY_NAME") or release.get("NAME"),
             "os_id": release.get("ID"), "os_version_id": release.get("VERSION_ID"),
-            "python": platform.python_version(), "python_executable": sys.executable}
+            "python": sys.version.split()[0], "python_executable": sys.executable}
 
 
 # ---------------------------------------------------------------- gpu
@@ -183,6 +196,8 @@ def field_key(field: str) -> str:
 
 def parse_gpu_csv(text: str, fields: Tuple[str, ...] = GPU_QUERY_FIELDS) -> List[Dict[str, str]]:
     """GPUs from `nvidia-smi --query-gpu=<fields> --format=csv,noheader`."""
+    import csv
+
     keys = [field_key(field) for field in fields]
     gpus = []
     for row in csv.reader(io.StringIO(text), skipinitialspace=True):
@@ -205,7 +220,7 @@ def nvidia_smi_error(code: int, out: str, err: str) -> Facts:
 
 def probe_gpu() -> Facts:
     """GPUs, driver and CUDA version as nvidia-smi reports them, with their health."""
-    exe = shutil.which("nvidia-smi")
+    exe = which("nvidia-smi")
     if exe is None:
         return {"status": "absent", "error": "nvidia-smi not found on PATH"}
     try:
@@ -275,6 +290,8 @@ def health_query_facts(fields: Tuple[str, ...], refused: List[str]) -> Facts:
 
 def parse_remapped_rows(text: str) -> Dict[str, Dict[str, str]]:
     """{pci bus id: {remapped_rows_*: value}} from `--query-remapped-rows=<REMAPPED_ROWS_FIELDS>`."""
+    import csv
+
     keys = [field.replace(".", "_") for field in REMAPPED_ROWS_FIELDS[2:]]
     rows = {}
     for row in csv.reader(io.StringIO(text), skipinitialspace=True):
@@ -312,6 +329,8 @@ def decode_nccl_version(code: int) -> str:
 
 def nccl_library_version(path: str) -> str:
     """Load one libnccl with ctypes and ask it for its version (no GPU needed)."""
+    import ctypes
+
     lib = ctypes.CDLL(path)
     get_version = lib.ncclGetVersion
     get_version.argtypes = [ctypes.POINTER(ctypes.c_int)]
@@ -347,7 +366,7 @@ def is_running_interpreter(python: str) -> bool:
     The path is compared unresolved: a virtualenv's python links to the system
     one but has site-packages of its own.
     """
-    found = shutil.which(python)
+    found = which(python)
     return (found is not None and os.path.abspath(found) == os.path.abspath(sys.executable)
             and not (sys.flags.no_site or sys.flags.no_user_site or sys.flags.isolated))
 
@@ -379,17 +398,29 @@ def ldconfig_nccl_paths() -> List[str]:
 
 def ldconfig_paths(library: str) -> List[str]:
     """Paths of the dynamic linker's cache (`ldconfig -p`) whose name holds `library`."""
-    for ldconfig in ("ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"):
-        exe = shutil.which(ldconfig) or (ldconfig if os.path.isfile(ldconfig) else None)
-        if exe is None:
-            continue
-        try:
-            _code, out, _ = run_command([exe, "-p"])
-        except (OSError, CommandTimeout):
-            continue
-        return [line.split("=>", 1)[1].strip() for line in out.splitlines()
-                if library in line and "=>" in line]
-    return []
+    return [line.split("=>", 1)[1].strip() for line in ldconfig_listing(os.environ.get("PATH", "")).splitlines()
+            if library in line and "=>" in line]
+
+
+_LDCONFIG_LISTINGS = {}  # type: Dict[str, str]
+
+
+def ldconfig_listing(path_env: str) -> str:
+    """`ldconfig -p`'s output ("" where no ldconfig answers), read once per $PATH:
+    libnccl and libibverbs are both looked up in it."""
+    if path_env not in _LDCONFIG_LISTINGS:
+        _LDCONFIG_LISTINGS[path_env] = ""
+        for ldconfig in ("ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"):
+            exe = which(ldconfig) or (ldconfig if os.path.isfile(ldconfig) else None)
+            if exe is None:
+                continue
+            try:
+                _code, out, _ = run_command([exe, "-p"])
+            except (OSError, CommandTimeout):
+                continue
+            _LDCONFIG_LISTINGS[path_env] = out
+            break
+    return _LDCONFIG_LISTINGS[path_env]
 
 
 def nccl_search_paths(site_dirs: List[str]) -> List[Tuple[str, str]]:
@@ -564,7 +595,7 @@ def read_uptime() -> Optional[float]:
 
 def dmesg_xids() -> Tuple[Optional[List[Facts]], str]:
     """(events, "") from the kernel ring buffer, or (None, why it cannot be read)."""
-    exe = shutil.which("dmesg")
+    exe = which("dmesg")
     if exe is None:
         return None, "dmesg not found on PATH"
     code, out, err = run_command([exe])
@@ -581,7 +612,7 @@ def journal_xids(now_s: float) -> Tuple[Optional[List[Facts]], str]:
     Without the adm/systemd-journal group journalctl exits 0 showing only the
     user's own journal: its "not seeing messages" hint makes that unreadable.
     """
-    exe = shutil.which("journalctl")
+    exe = which("journalctl")
     if exe is None:
         return None, "journalctl not found on PATH"
     argv = [exe, "-k", "--no-pager", "-q", "-o", "short-unix", "--since", f"@{int(now_s - XID_LOOKBACK_S)}"]
@@ -635,7 +666,7 @@ def parse_default_route(text: str) -> Facts:
         except ValueError:
             continue
         if flags & 0x1 and (best is None or metric < best[0]):
-            address = socket.inet_ntoa(gateway.to_bytes(4, "little"))
+            address = ".".join(str(byte) for byte in gateway.to_bytes(4, "little"))
             best = (metric, cols[0], address)
     if best is None:
         return {"status": "ok", "default_interface": None, "default_gateway": None}
@@ -744,7 +775,7 @@ def collect(deep_python: Optional[str] = None, env_python: Optional[str] = None)
     site_python = env_python or deep_python
     return {
         "probe_version": PROBE_VERSION,
-        "hostname": socket.gethostname(),
+        "hostname": os.uname().nodename,
         "slurm_node": os.environ.get("SLURMD_NODENAME"),
         "os": guarded(probe_os),
         "gpu": guarded(probe_gpu),
@@ -761,13 +792,36 @@ def collect(deep_python: Optional[str] = None, env_python: Optional[str] = None)
     }
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    """`python3 - [--python PYTHON] [--deep PYTHON]`: print the facts as one JSON line."""
+def parse_args(argv: List[str]) -> Dict[str, Optional[str]]:
+    """{"deep": ..., "python": ...} of `--deep PYTHON --python PYTHON` (either spelled
+    `--opt=VALUE`); anything else (--help, a typo) goes to argparse, for its help
+    text and its errors, which only then is imported."""
+    options = {"deep": None, "python": None}  # type: Dict[str, Optional[str]]
+    rest = list(argv)
+    while rest:
+        name, sep, value = rest.pop(0).partition("=")
+        key = name[2:] if name.startswith("--") else ""
+        if not sep:
+            value = rest.pop(0) if rest else "-"
+        if key not in options or value.startswith("-"):
+            return full_parse_args(argv)
+        options[key] = value
+    return options
+
+
+def full_parse_args(argv: List[str]) -> Dict[str, Optional[str]]:
+    import argparse
+
     parser = argparse.ArgumentParser(prog="clusterkit-probe", description="clusterkit node probe: prints this node's facts as JSON")
     parser.add_argument("--deep", metavar="PYTHON", help="also import torch with this interpreter")
     parser.add_argument("--python", metavar="PYTHON", help="also search this interpreter's site-packages for libnccl")
-    args = parser.parse_args(argv)
-    sys.stdout.write(json.dumps(collect(args.deep, args.python), sort_keys=True) + "\n")
+    return vars(parser.parse_args(argv))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """`python3 - [--python PYTHON] [--deep PYTHON]`: print the facts as one JSON line."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    sys.stdout.write(json.dumps(collect(args["deep"], args["python"]), sort_keys=True) + "\n")
     return 0
 
 

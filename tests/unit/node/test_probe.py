@@ -845,3 +845,59 @@ def test_the_running_interpreter_is_not_started_again_for_its_site_dirs(tmp_path
     assert probe.python_site_dirs(sys.executable) == []
     asked = probe.python_site_dirs(str(link))
     assert asked and all(d.endswith(("site-packages", "dist-packages")) for d in asked)
+
+
+@pytest.mark.parametrize("argv", [
+    [], ["--python", "python3"], ["--python=/opt/venv/bin/python"], ["--deep", "py", "--python", "py3"],
+    ["--python", "a", "--python", "b"],
+])
+def test_the_quick_argument_parser_agrees_with_argparse(argv: list[str]) -> None:
+    assert probe.parse_args(argv) == probe.full_parse_args(argv)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--bogus"], ["--python"], ["python3"], ["-p", "x"],
+                                  ["--python", "--deep"]])
+def test_anything_else_goes_to_argparse_for_its_help_and_errors(argv: list[str], capsys: Any) -> None:
+    with pytest.raises(SystemExit) as ended:
+        probe.parse_args(argv)
+    said = capsys.readouterr()
+    assert "usage: clusterkit-probe" in said.out + said.err
+    assert ended.value.code == (0 if argv == ["--help"] else 2)
+
+
+def test_which_answers_as_shutil_which(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tool = tmp_path / "bin" / "tool"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    (tmp_path / "bin" / "plain").write_text("not executable")
+    (tmp_path / "bin" / "adir").mkdir()
+    monkeypatch.setenv("PATH", f"{tmp_path / 'missing'}:{tool.parent}:/usr/bin:/bin")
+    for name in ("tool", "plain", "adir", "sh", "no-such-tool", str(tool), str(tmp_path / "bin" / "plain")):
+        assert probe.which(name) == shutil.which(name), name
+
+
+def test_the_probe_starts_ldconfig_once_and_imports_no_more_than_it_needs(tmp_path: Path) -> None:
+    """ldconfig -p answers both the libnccl and the libibverbs lookup; argparse, csv,
+    platform, shutil and socket stay unimported on a node without GPUs, and ctypes
+    unless a libnccl was found (this interpreter's torch may bring one)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    count = tmp_path / "ldconfig-runs"
+    real = shutil.which("ldconfig") or "/sbin/ldconfig"
+    (bin_dir / "ldconfig").write_text(f"#!/bin/sh\necho run >> {shlex.quote(str(count))}\nexec {real} \"$@\"\n")
+    (bin_dir / "ldconfig").chmod(0o755)
+    script = (f"import json, runpy, sys\n"
+              f"sys.argv = ['probe', '--python', sys.executable]\n"
+              f"try:\n    runpy.run_path({str(PROBE)!r}, run_name='__main__')\n"
+              f"except SystemExit:\n    pass\n"
+              f"print(json.dumps(sorted(m for m in ('argparse', 'csv', 'ctypes', 'platform', 'shutil', 'socket')"
+              f" if m in sys.modules)))\n")
+    env = dict(os.environ, PATH=f"{bin_dir}:/usr/bin:/bin", CLUSTERKIT_PROBE_ROOT=str(tmp_path / "root"))
+    done = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, env=env,
+                          check=True, timeout=60)
+    facts_line, imported_line = done.stdout.strip().splitlines()[-2:]
+    facts = json.loads(facts_line)
+    assert facts["probe_version"] == probe.PROBE_VERSION
+    assert json.loads(imported_line) == (["ctypes"] if facts["nccl"].get("libraries") else [])
+    assert count.read_text().split() == ["run"]
