@@ -18,6 +18,29 @@ from cluster_kit.ssh.settings import (
 )
 
 
+class _LeanSSHConfig(paramiko.SSHConfig):
+    """paramiko's SSHConfig, expanding %-tokens and ~ only in values that hold one.
+
+    paramiko works out every token for every value of a host's options: the local
+    user, the home directory, a SHA-1, and the local FQDN (`%l`, a reverse DNS
+    lookup that takes seconds where DNS is broken, once per host) even when the
+    value holds no token. A value without one comes out unchanged either way.
+    """
+
+    def _expand_variables(self, config: dict, target_hostname: str) -> dict:
+        tokenize = self._tokenize  # type: ignore[attr-defined]
+        for key, value in config.items():
+            if isinstance(value, list):
+                config[key] = [tokenize(config, target_hostname, key, v) if _has_token(v) else v for v in value]
+            elif _has_token(value):
+                config[key] = tokenize(config, target_hostname, key, value)
+        return config
+
+
+def _has_token(value: object) -> bool:
+    return isinstance(value, str) and ("%" in value or "~" in value)
+
+
 class _IndexedConfig:
     """A parsed ssh_config whose lookups read only the blocks that can apply.
 
@@ -56,7 +79,7 @@ class _IndexedConfig:
         if not self._indexed:
             return self.config.lookup(name)
         wanted = sorted(self._by_name.get(os.path.normcase(name), []) + self._always)
-        subset = paramiko.SSHConfig()
+        subset = _LeanSSHConfig()
         subset._config = [self._blocks[i] for i in wanted]  # type: ignore[attr-defined]
         return subset.lookup(name)
 
@@ -65,13 +88,13 @@ def _parse_ssh_config(path: str) -> _IndexedConfig:
     # read as profiles are, so that a FIFO or a device named as config_file cannot hang the command
     text = read_text_file(path, max_line_chars=None, what="ssh_config files")
     try:
-        return _IndexedConfig(paramiko.SSHConfig.from_text(text))
+        return _IndexedConfig(_LeanSSHConfig.from_text(text))
     except (paramiko.SSHException, ValueError) as exc:
         raise InputError(f"cannot read ssh config {path}: {exc}") from None
 
 
 def _empty_ssh_config() -> _IndexedConfig:
-    return _IndexedConfig(paramiko.SSHConfig())
+    return _IndexedConfig(_LeanSSHConfig())
 
 
 _SSH_CONFIGS = FileCache(_parse_ssh_config, lambda _path: _empty_ssh_config())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -307,6 +308,38 @@ def test_indexed_config_looks_at_a_hosts_own_blocks_only() -> None:
     indexed = config_index._IndexedConfig(paramiko.SSHConfig.from_text(text + "Host *\n    User u\n"))
     assert indexed.lookup("b250") == {"hostname": "127.0.7.3", "user": "u"}
     assert len(indexed._by_name) == 500 and len(indexed._always) == 2  # global section, Host *
+
+
+TOKEN_CONFIG = MIXED_CONFIG + """\
+Host tok*
+    IdentityFile ~/.ssh/id_%r_%h
+    IdentityFile /keys/plain
+    ControlPath /tmp/cm-%C-%l
+    ProxyCommand ssh -W %h:%p bastion-%u
+    HostName %h.cluster.example
+    User %d
+"""
+
+
+@pytest.mark.parametrize("name", ["tok1", "gpu001", "login", "other"])
+def test_lean_config_expands_every_token_paramiko_does(name: str) -> None:
+    expected = paramiko.SSHConfig.from_text(TOKEN_CONFIG).lookup(name)
+    assert config_index._LeanSSHConfig.from_text(TOKEN_CONFIG).lookup(name) == expected
+    assert config_index._IndexedConfig(config_index._LeanSSHConfig.from_text(TOKEN_CONFIG)).lookup(name) == expected
+
+
+def test_lean_config_asks_for_the_local_fqdn_only_where_a_value_holds_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """paramiko resolves the local FQDN (%l, reverse DNS) for every host's IdentityFile."""
+    asked: list[str] = []
+    monkeypatch.setattr(socket, "getfqdn", lambda *a: asked.append("fqdn") or "laptop.example")
+    plain = "Host b*\n    IdentityFile /keys/id_ed25519\n    User u\n"
+    paramiko.SSHConfig.from_text(plain).lookup("b001")
+    assert asked, "paramiko itself no longer asks: the lean config can go"
+    asked.clear()
+    assert config_index._LeanSSHConfig.from_text(plain).lookup("b001")["identityfile"] == ["/keys/id_ed25519"]
+    assert asked == []
+    lean = config_index._LeanSSHConfig.from_text("Host b*\n    IdentityFile /keys/%l\n")
+    assert lean.lookup("b001")["identityfile"] == ["/keys/laptop.example"] and asked == ["fqdn"]
 
 
 def test_canonicalizing_configs_are_looked_up_whole() -> None:
