@@ -21,7 +21,7 @@ from typing import NoReturn, cast
 import paramiko  # after ssh/deferred.py (ssh/__init__.py)
 
 from cluster_kit.ssh.config_index import _Context, _load_ssh_config
-from cluster_kit.ssh.deadlines import GRACE_S, _close_quietly
+from cluster_kit.ssh.deadlines import GRACE_S, WATCHDOG, Alarm, _close_quietly
 from cluster_kit.ssh.execute import READ_CHUNK
 from cluster_kit.ssh.hosts import (
     _connect_host,
@@ -70,7 +70,7 @@ class _Attempt:
         self.aborted = False
         self._held: list[object] = []
         self._lock = threading.Lock()
-        self._timer: threading.Timer | None = None
+        self._alarm: Alarm | None = None
         self.marks: list[tuple[str, float]] | None = [] if _timeline_recorder is not None else None
 
     def mark(self, step: str) -> None:
@@ -88,13 +88,12 @@ class _Attempt:
     def arm(self, budget: float) -> None:
         """Start the watchdog that aborts this attempt after `budget` seconds."""
         self.budget = budget
-        self._timer = threading.Timer(self.remaining(), self.abort)
-        self._timer.daemon = True
-        self._timer.start()
+        self.disarm()
+        self._alarm = WATCHDOG.call_at(self.deadline, self.abort)
 
     def disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        if self._alarm is not None:
+            self._alarm.cancel()
 
     def hold(self, resource: object) -> None:
         with self._lock:

@@ -1,0 +1,63 @@
+"""The one deadline thread behind every host attempt (ssh/deadlines.py)."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from cluster_kit.ssh.deadlines import Watchdog
+
+
+def test_alarms_fire_in_deadline_order_and_cancelled_ones_never() -> None:
+    watchdog = Watchdog()
+    fired: list[str] = []
+    done = threading.Event()
+    now = time.monotonic()
+    watchdog.call_at(now + 0.3, lambda: (fired.append("late"), done.set()))
+    cancelled = watchdog.call_at(now + 0.1, lambda: fired.append("cancelled"))
+    watchdog.call_at(now + 0.2, lambda: fired.append("second"))
+    watchdog.call_at(now + 0.05, lambda: fired.append("first"))  # earlier than the one it waits for
+    cancelled.cancel()
+    assert done.wait(5)
+    time.sleep(0.05)
+    assert fired == ["first", "second", "late"]
+
+
+def test_a_blocking_callback_delays_no_other_deadline() -> None:
+    watchdog = Watchdog()
+    release, second = threading.Event(), threading.Event()
+    now = time.monotonic()
+    watchdog.call_at(now, lambda: release.wait(10))  # a close that hangs
+    watchdog.call_at(now + 0.05, second.set)
+    started = time.monotonic()
+    assert second.wait(5)
+    assert time.monotonic() - started < 2
+    release.set()
+
+
+def test_many_cancelled_alarms_do_not_pile_up() -> None:
+    watchdog = Watchdog()
+    far = time.monotonic() + 3600
+    for _ in range(5000):
+        watchdog.call_at(far, lambda: None).cancel()
+    assert len(watchdog._heap) <= 1024
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_worker_gets_a_watchdog_of_its_own() -> None:
+    watchdog = Watchdog()
+    watchdog.call_at(time.monotonic() + 3600, lambda: None)  # the parent's thread now runs
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its alarm must fire though it never had the parent's thread
+        fired = threading.Event()
+        watchdog.call_at(time.monotonic() + 0.05, fired.set)
+        os.write(write_fd, b"y" if fired.wait(5) and len(watchdog._heap) == 0 else b"n")
+        os._exit(0)
+    os.close(write_fd)
+    answer = os.read(read_fd, 1)
+    os.waitpid(pid, 0)
+    os.close(read_fd)
+    assert answer == b"y"
