@@ -2,7 +2,7 @@
 same nodes with the same fan-out, in the same run.
 
     .venv/bin/python benchmarks/fanout.py [--nodes 500] [--fanouts 32,64] [--repeat 3]
-        [--scenarios direct,jump] [--peers clusterkit,ck-1proc,pdsh,clush]
+        [--scenarios direct,jump] [--peers clusterkit,ck-1proc,ck-by-200,pdsh,clush]
 
 Needs root (it starts sshds and creates the user `ckbench`), OpenSSH's sshd and
 client, pdsh; clush is used when installed. The script builds everything itself
@@ -35,7 +35,9 @@ After each clusterkit run it prints the run's timeline summary (`timeline.py`):
 where the wall went and how much of the fan-out window sat idle. `ck-1proc` is
 `fan_out` held to one process (threads only): the default; with
 `--clusterkit-prefix "env CK_FANOUT_PROCESSES=2"` the clusterkit peer runs the
-opt-in worker processes against it.
+opt-in worker processes against it. `ck-by-200` runs the same hosts as fan_out
+calls of 200, one after the other, in one process: its CPU a node is what 200
+nodes cost, measured in the same run as the fan-out over all of them.
 """
 from __future__ import annotations
 
@@ -71,7 +73,7 @@ from timeline import summarise as summarise_timelines
 
 ROOT = Path(__file__).resolve().parent.parent
 ADDRESS_PREFIX = "127.0.7."
-PEERS = ("clusterkit", "preflight", "pdsh", "clush")  # and ck-1proc, on request
+PEERS = ("clusterkit", "preflight", "pdsh", "clush")  # and ck-1proc, ck-by-200, on request
 TIMELINE_ENV = "CK_FANOUT_TIMELINE"  # where fanout_child.py writes its timelines
 RUN_TIMEOUT_S = 1800
 
@@ -346,7 +348,7 @@ def run_clush(cluster: Cluster, fanout: int) -> Sample:
 
 
 def run_clusterkit(cluster: Cluster, fanout: int, prefix: tuple[str, ...] = (),
-                   peer: str = "clusterkit", processes: str = "") -> Sample:
+                   peer: str = "clusterkit", processes: str = "", batch: str = "") -> Sample:
     argv = [*prefix, sys.executable, str(Path(__file__).resolve().parent / "fanout_child.py"),
             str(cluster.config), str(fanout), str(len(cluster.names)), *remote_command(cluster)]
     record = cluster.directory / f"timeline-{fanout}.json"
@@ -354,6 +356,8 @@ def run_clusterkit(cluster: Cluster, fanout: int, prefix: tuple[str, ...] = (),
     env = dict(os.environ, **{TIMELINE_ENV: str(record)})
     if processes:
         env["CK_FANOUT_PROCESSES"] = processes
+    if batch:
+        env["CK_FANOUT_BATCH"] = batch
     wall, cpu, out, err, _ = measure(argv, env)
     ended = time.monotonic()
     sample = Sample(peer, fanout, wall, cpu, hosts_with_facts(out, cluster.marker), _tail(err))
@@ -407,8 +411,14 @@ def run_clusterkit_threads(cluster: Cluster, fanout: int) -> Sample:
     return run_clusterkit(cluster, fanout, peer="ck-1proc", processes="1")
 
 
-RUNNERS = {"clusterkit": run_clusterkit, "ck-1proc": run_clusterkit_threads, "preflight": run_preflight, "pdsh": run_pdsh,
-           "clush": run_clush}
+def run_clusterkit_by_200(cluster: Cluster, fanout: int) -> Sample:
+    """The same hosts in fan_out calls of 200 one after the other, in one process: what a
+    node costs at 200 nodes, measured beside the run over all of them."""
+    return run_clusterkit(cluster, fanout, peer="ck-by-200", batch="200")
+
+
+RUNNERS = {"clusterkit": run_clusterkit, "ck-1proc": run_clusterkit_threads, "ck-by-200": run_clusterkit_by_200,
+           "preflight": run_preflight, "pdsh": run_pdsh, "clush": run_clush}
 
 
 def _tail(text: str, lines: int = 3) -> str:
@@ -464,8 +474,8 @@ def summarise(samples: list[Sample], fanouts: list[int], peers: list[str], nodes
           "min-max); < 1 means clusterkit is faster or cheaper:")
     for fanout in fanouts:
         for ours in ("clusterkit", "ck-1proc", "preflight"):
-            for peer in ("pdsh", "clush"):
-                if (ours, fanout) in medians and (peer, fanout) in medians:
+            for peer in ("pdsh", "clush", "ck-by-200"):
+                if (ours, fanout) in medians and (peer, fanout) in medians and ours != peer:
                     (w1, c1), (w2, c2) = medians[ours, fanout], medians[peer, fanout]
                     pairs = paired(samples, ours, peer, fanout)
                     print(f"  fanout {fanout:>3}  {ours:<10} / {peer:<5}  wall {w1 / w2:5.2f} "
@@ -478,6 +488,11 @@ def summarise(samples: list[Sample], fanouts: list[int], peers: list[str], nodes
         verdict = "met" if w1 <= wall_target * w2 and c1 <= 0.5 * c2 else "MISSED"
         print(f"target (fan_out wall <= {wall_target}x pdsh's, CPU <= 0.5x), fanout {fanout}: {verdict} "
               f"({w1 / w2:.2f}, {c1 / c2:.2f})")
+    for fanout in fanouts:
+        if ("clusterkit", fanout) in medians and ("ck-by-200", fanout) in medians:
+            ratio = medians["clusterkit", fanout][1] / medians["ck-by-200", fanout][1]
+            print(f"target (CPU a node over all {nodes} nodes no higher than in fan-outs of 200), "
+                  f"fanout {fanout}: {'met' if ratio <= 1 else 'MISSED'} ({ratio:.2f})")
 
 
 def jump_overhead(samples: list[Sample], fanouts: list[int], peers: list[str]) -> None:

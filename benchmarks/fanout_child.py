@@ -4,6 +4,8 @@ interpreter's and clusterkit's imports only, not the benchmark's.
 
     python3 fanout_child.py SSH_CONFIG FANOUT NODES COMMAND...
 
+With CK_FANOUT_BATCH=N, it runs fan_out over the hosts N at a time, one batch after
+the other (the `ck-by-200` peer: what the same hosts cost a node in fan-outs of 200).
 With CK_FANOUT_PROCESSES=N, fan_out uses N worker processes (1: threads only)
 instead of its own choice. With CK_FANOUT_TIMELINE=FILE set, it records every host's timeline there as JSON,
 with its own start-up marks and its peak RSS (its VmHWM after exec, plus its
@@ -16,6 +18,7 @@ import time
 
 TIMELINE_ENV = "CK_FANOUT_TIMELINE"
 PROCESSES_ENV = "CK_FANOUT_PROCESSES"  # force remote.fanout_processes (the 1-process peer)
+BATCH_ENV = "CK_FANOUT_BATCH"
 
 
 def peak_rss_mb() -> float:
@@ -60,7 +63,9 @@ def main(argv: list[str]) -> None:
         set_timeline_recorder(lambda host, start, marks: timelines.append((host, start, marks)))
     names = [f"b{i:03d}" for i in range(1, count + 1)]
     workers = ssh_fanout._process_count(settings, count)  # what fan_out will choose
-    results = fan_out(names, " ".join(command), settings)
+    batch = int(os.environ.get(BATCH_ENV) or len(names))
+    results = [result for start in range(0, len(names), batch)
+               for result in fan_out(names[start:start + batch], " ".join(command), settings)]
     client["returned"] = time.monotonic()
     out: list[str] = []
     for result in results:

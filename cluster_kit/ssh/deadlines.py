@@ -42,11 +42,14 @@ class Alarm:
 
     def __init__(self, deadline: float, callback: Callable[[], object]) -> None:
         self.deadline = deadline
-        self.callback = callback
+        self.callback: Callable[[], object] | None = callback
         self.cancelled = False
 
     def cancel(self) -> None:
+        """Never fire; let go of the callback now (it holds a host's whole attempt,
+        and a cancelled alarm stays in the heap until its deadline or a compaction)."""
         self.cancelled = True
+        self.callback = None
 
 
 class Watchdog:
@@ -94,8 +97,9 @@ class Watchdog:
                 if wait is None or wait > 0:
                     self._wakeup.wait(wait)
                     continue
-                alarm = heapq.heappop(self._heap)[2]
-            threading.Thread(target=alarm.callback, name="clusterkit-deadline", daemon=True).start()
+                callback = heapq.heappop(self._heap)[2].callback
+            if callback is not None:  # cancelled since the check above
+                threading.Thread(target=callback, name="clusterkit-deadline", daemon=True).start()
 
 
 WATCHDOG = Watchdog()

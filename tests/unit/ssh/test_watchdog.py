@@ -61,3 +61,23 @@ def test_a_forked_worker_gets_a_watchdog_of_its_own() -> None:
     os.waitpid(pid, 0)
     os.close(read_fd)
     assert answer == b"y"
+
+
+def test_a_cancelled_alarm_lets_go_of_its_callback_at_once() -> None:
+    """A host's attempt (its closed transport, its output) must not live until a
+    deadline minutes away: 2,000 of them held 17 MB more at 2,000 nodes."""
+    import gc
+    import weakref
+
+    class Attempt:
+        def abort(self) -> None:
+            pass
+
+    watchdog = Watchdog()
+    watchdog.call_at(time.monotonic() + 1800, lambda: None)  # live, and ahead of it in the heap
+    attempt = Attempt()
+    gone = weakref.ref(attempt)
+    watchdog.call_at(time.monotonic() + 3600, attempt.abort).cancel()
+    del attempt
+    gc.collect()
+    assert gone() is None
