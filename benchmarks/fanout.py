@@ -183,11 +183,13 @@ def paramiko_choice(server: dict[str, str]) -> tuple[str, str]:
     """(kex, cipher/mac) that clusterkit's paramiko negotiates with these sshds."""
     import paramiko
 
+    from cluster_kit.ssh.connect import cipher_preference
+
     client = vars(paramiko.Transport)  # its algorithm lists, in preference order
     kex = negotiated(list(client["_preferred_kex"]), server["kexalgorithms"])
-    cipher = negotiated(list(client["_preferred_ciphers"]), server["ciphers"])
+    cipher = negotiated(list(cipher_preference(client["_preferred_ciphers"])), server["ciphers"])
     mac = negotiated(list(client["_preferred_macs"]), server["macs"])
-    return kex, f"{cipher} + {mac}"
+    return kex, f"{cipher} + {'its own MAC' if 'gcm' in cipher else mac}"
 
 
 @contextmanager

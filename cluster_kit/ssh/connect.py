@@ -5,6 +5,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
 import paramiko  # after ssh/deferred.py (ssh/__init__.py)
@@ -34,6 +35,17 @@ logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 HOST_KEY_ALGORITHMS = {"ssh-rsa": ("rsa-sha2-512", "rsa-sha2-256")}
+# Asked for before paramiko's own first choice (aes128-ctr + hmac-sha2-256): one
+# AEAD call a packet instead of a cipher call and an HMAC computed in Python; 8 % less
+# client CPU over 200 hosts (docs/benchmarks.md). Every OpenSSH since 6.2 has them;
+# a server without them gets paramiko's usual order.
+AEAD_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+
+
+def cipher_preference(available: Sequence[str]) -> tuple[str, ...]:
+    """paramiko's ciphers with the AEAD ones it has first."""
+    first = [c for c in AEAD_CIPHERS if c in available]
+    return tuple(first + [c for c in available if c not in first])
 
 
 # ----------------------------------------------------------------------------
@@ -205,6 +217,8 @@ def _handshake(sock: socket.socket | _ChannelSocket, endpoint: Endpoint, known: 
     # paramiko's own banner timeout only as a backstop behind our deadline
     transport.banner_timeout = transport.handshake_timeout = remaining + 1
     _prefer_known_key_types(transport, known.key_types(endpoint.host_key_name))
+    options = transport.get_security_options()
+    options.ciphers = cipher_preference(options.ciphers)
     done = threading.Event()
     transport.start_client(event=done)
     if not done.wait(remaining):

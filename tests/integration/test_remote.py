@@ -628,6 +628,16 @@ def test_open_client_runs_several_commands_on_one_connection(lab: Lab) -> None:
     assert not _still_running("sleep 32")
 
 
+def test_a_real_sshd_is_spoken_to_in_aes_gcm(lab: Lab) -> None:
+    """The AEAD cipher asked for first is what OpenSSH's sshd agrees to; output and
+    exit status come through it intact."""
+    with ssh_session.open_client("ck-b", lab.settings(user=None)) as session:
+        result = session.run("head -c 100000 /dev/zero | tr '\\0' x; exit 3")
+        ciphers = (session._transport.local_cipher, session._transport.remote_cipher)
+    assert ciphers == ("aes128-gcm@openssh.com", "aes128-gcm@openssh.com")
+    assert result.exit_status == 3 and result.stdout == "x" * 100000
+
+
 def test_open_client_raises_a_cluster_refused_error(lab: Lab) -> None:
     with pytest.raises(SshConnectError) as info, ssh_session.open_client(REFUSED, lab.settings()):
         pass

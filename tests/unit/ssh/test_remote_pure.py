@@ -461,3 +461,12 @@ def _raises(call: Any, *args: Any) -> Any:
     except OSError as exc:
         return exc
     return None
+
+
+def test_aes_gcm_is_asked_for_first_and_nothing_is_added() -> None:
+    from cluster_kit.ssh.connect import cipher_preference
+
+    ours = cipher_preference(paramiko.Transport._preferred_ciphers)
+    assert ours[:2] == ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+    assert sorted(ours) == sorted(paramiko.Transport._preferred_ciphers)
+    assert cipher_preference(["aes256-ctr", "aes128-ctr"]) == ("aes256-ctr", "aes128-ctr")
