@@ -38,18 +38,20 @@ def _budget(endpoint: Endpoint, settings: SshSettings) -> float:
 class Alarm:
     """One armed deadline of the `Watchdog`; `cancel` before it fires and it never does."""
 
-    __slots__ = ("callback", "cancelled", "deadline")
+    __slots__ = ("callback", "deadline")
 
     def __init__(self, deadline: float, callback: Callable[[], object]) -> None:
         self.deadline = deadline
         self.callback: Callable[[], object] | None = callback
-        self.cancelled = False
 
     def cancel(self) -> None:
         """Never fire; let go of the callback now (it holds a host's whole attempt,
         and a cancelled alarm stays in the heap until its deadline or a compaction)."""
-        self.cancelled = True
         self.callback = None
+
+    @property
+    def cancelled(self) -> bool:
+        return self.callback is None
 
 
 class Watchdog:
