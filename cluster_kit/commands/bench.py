@@ -22,6 +22,7 @@ def bench() -> None:
 @pass_app
 def bench_allreduce(app: App, job_file: str, max_bytes: str | None, as_json: bool) -> None:
     """Submit an all-reduce bandwidth sweep with JOB_FILE's resources; report algbw/busbw."""
+    from cluster_kit import lifecycle
     from cluster_kit.render.sweep import render_allreduce
     from cluster_kit.report import allreduce as allreduce_report
     from cluster_kit.slurm import jobs
@@ -30,12 +31,12 @@ def bench_allreduce(app: App, job_file: str, max_bytes: str | None, as_json: boo
     runner = app.runner(job.profile.data)
     job_id = sbatch_job(app, job, render_allreduce(app, job, max_bytes))
     click.echo(f"submitted all-reduce sweep as job {job_id}", err=True)
-    code = jobs.wait(runner, job_id, on_status=state_reporter(job_id), cancel_never_start=True)
+    result = lifecycle.wait(runner, job_id, on_status=state_reporter(job_id))
     log = jobs.read_output(runner, job_id, 0)
     expect = (job.profile.data.get("expect") or {}).get("allreduce_busbw_gbps")
     table, doc, passed = allreduce_report.summarise(allreduce_report.parse_sweep_log(log), expect)
     click.echo(json.dumps(doc, indent=2) if as_json else table)
-    if code != 0 or not passed:
-        raise CheckFailed(f"all-reduce sweep job {job_id} " +
-                          (f"exited with {code}" if code else f"busbw below {expect} GB/s"),
+    if result.exit_status or not passed:
+        raise CheckFailed(f"all-reduce sweep: {result.explanation}" if result.exit_status
+                          else f"all-reduce sweep job {job_id}: busbw below {expect} GB/s",
                           fix=f"read the job's log: clusterkit logs {job_id}")

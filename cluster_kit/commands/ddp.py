@@ -91,12 +91,11 @@ def analyze(folder: str, allreduce_json: str | None, as_json: bool, fmt: str | N
 def bench_ddp(app: App, job_file: str, steps: int, sweep: bool, variants: tuple[str, ...],
               allreduce_json: str | None, as_json: bool, fmt: str | None, output: str | None) -> None:
     """Submit JOB_FILE with step profiling on; report where each rank's step time goes."""
+    from cluster_kit import lifecycle
     from cluster_kit.commands import bench_ddp as core
     from cluster_kit.commands.jobs import job_output_dir, sbatch_job, state_reporter
     from cluster_kit.config.effective import effective
     from cluster_kit.render.environment import render_job
-    from cluster_kit.slurm import jobs
-
     fmt = pick_format(as_json, fmt)
     if variants and not sweep:
         raise click.UsageError("--variant picks variants of --sweep; add --sweep")
@@ -109,12 +108,13 @@ def bench_ddp(app: App, job_file: str, steps: int, sweep: bool, variants: tuple[
                         extra={"ddp_variants": chosen} if chosen else None)
     runner = app.runner(job.profile.data)
     runner.run(["mkdir", "-p", trace_dir])
-    job_id = sbatch_job(app, job, script)
+    job_id = sbatch_job(app, job, script, settings)
     click.echo(f"submitted {job.data['name']} with {steps} profiled steps as job {job_id}; "
                f"traces go to {trace_dir}", err=True)
-    code = jobs.wait(runner, job_id, on_status=state_reporter(job_id))
+    result = lifecycle.wait(runner, job_id, on_status=state_reporter(job_id))
+    code = result.exit_status
     traces = core.fetch_traces(runner, trace_dir, job_id)
     doc, results = analysed(traces, job_id, rows, chosen)
     emit(doc, results, fmt, output)
-    if code != 0:
-        raise CheckFailed(f"job {job_id} exited with {code}", fix=f"read the job's log: clusterkit logs {job_id}")
+    if code:
+        raise CheckFailed(result.explanation, fix=f"read the job's log: clusterkit logs {job_id}")

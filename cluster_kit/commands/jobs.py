@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import posixpath
 import shlex
 import sys
 import time
@@ -31,51 +30,56 @@ def check_job_id(_ctx: click.Context, _param: click.Parameter, value: str) -> st
 job_id_arg = click.argument("job_id", callback=check_job_id)
 
 
-def job_runner(app: App, profile_ref: str | None) -> Any:
-    """The runner of `--profile` (its login host), or a local one."""
+def job_runner(app: App, profile_ref: str | None, job_id: str | None = None) -> Any:
+    """The runner of `--profile` (its login host); else of the profile the job's
+    record names; else a local one."""
+    if not profile_ref and job_id:
+        from cluster_kit.lifecycle import records
+
+        record = records.find(job_id)
+        if record is not None and record.where != "local" and record.profile:
+            profile_ref = record.profile
     if not profile_ref:
         return app.runner({})
     return app.runner(app.profile(profile_ref).data)
 
 
-login_profile_option = profile_option(required=False, help="Profile whose login host runs Slurm's commands.")
+login_profile_option = profile_option(
+    required=False, help="Profile whose login host runs Slurm's commands (default: the one the job was submitted with).")
 
 
 def job_output_dir(job: Any) -> str | None:
     """The folder of the job's `output` file (sbatch does not create it), if any."""
-    output = job.data.get("output") or ""
-    folder = posixpath.dirname(output)
-    if not folder or "%" in folder:
-        return None
-    workdir = job.data.get("workdir")
-    return posixpath.join(workdir, folder) if workdir else folder
+    from cluster_kit.lifecycle.submission import output_dir
+
+    return output_dir(job.data)
 
 
-def submit_script(app: App, job: Any, script: str, test_only: bool, dry_run: bool,
+def submit_script(app: App, job: Any, settings: dict[str, Any], script: str, test_only: bool,
+                  dry_run: bool, preflight: dict | None = None, excluded: dict | None = None,
                   echo: bool = True) -> str | None:
     """sbatch the script (or print what would run): the job id, or Slurm's
     --test-only verdict; None for a dry run."""
+    from cluster_kit import lifecycle
     from cluster_kit.slurm import jobs
 
     if dry_run:
         click.echo(f"# {shlex.join(jobs.sbatch_argv(test_only))} < script")
         click.echo(script, nl=False)
         return None
-    result = sbatch_job(app, job, script, test_only)
+    result = lifecycle.submit(app.runner(job.profile.data), job, settings, script,
+                              preflight=preflight, excluded=excluded, test_only=test_only)
     if echo:
         click.echo(result)
     return result
 
 
-def sbatch_job(app: App, job: Any, script: str, test_only: bool = False) -> str:
-    """Make the output folder, then sbatch: the job id (or Slurm's test-only verdict)."""
-    from cluster_kit.slurm import jobs
+def sbatch_job(app: App, job: Any, script: str, settings: dict[str, Any] | None = None) -> str:
+    """Submit a script rendered from the job (a benchmark's): its job id, with a record."""
+    from cluster_kit import lifecycle
+    from cluster_kit.config.effective import effective
 
-    runner = app.runner(job.profile.data)
-    output_dir = job_output_dir(job)
-    if output_dir and not test_only:
-        runner.run(["mkdir", "-p", output_dir])
-    return jobs.submit(runner, script, test_only=test_only)
+    return lifecycle.submit(app.runner(job.profile.data), job, settings or effective(job), script)
 
 
 def state_reporter(job_id: str) -> Any:
@@ -84,18 +88,11 @@ def state_reporter(job_id: str) -> Any:
     Progress, so on stderr and only on a terminal. The reason tells the waiting
     user why a job pends; one that can never clear ends the wait (exit 3).
     """
+    from cluster_kit.lifecycle import state_changes
+
     if not sys.stderr.isatty():
         return None
-    last: list[tuple[str, str]] = []
-
-    def report(status: Any) -> None:
-        now = (status.state, status.reason)
-        if not last or last[-1] != now:
-            last.append(now)
-            reason = f" ({status.reason})" if status.reason and status.reason != "None" else ""
-            click.echo(f"job {job_id}: {status.state}{reason}", err=True)
-
-    return report
+    return state_changes(lambda line: click.echo(line, err=True))
 
 
 def expand_setting(value: str | None) -> list[str]:
@@ -149,12 +146,21 @@ def preflight_and_route(app: App, job: Any, settings: dict[str, Any], strict: bo
 
 
 def report_excluded(route: Any, report: dict) -> None:
-    """One stderr line per node routed around, with its failing checks."""
+    """One stderr line per node routed around, with its failing checks, and one
+    per reason for the nodes excluded because submit did not check them."""
+    from cluster_kit.hostlist import fold
+
     entries = {entry["node"]: entry for entry in report.get("nodes", [])}
+    unchecked: dict[str, list[str]] = {}
     for node in route.excluded:
+        if node in route.unchecked:
+            unchecked.setdefault(route.unchecked[node], []).append(node)
+            continue
         checks = [f"{c['id']}: {c.get('message', '')}".rstrip(": ")
                   for c in entries[node].get("checks", []) if c.get("status") in ("fail", "unreachable")]
         click.echo(f"clusterkit: excluding {node} (--exclude): {'; '.join(checks)}", err=True)
+    for why, nodes in unchecked.items():
+        click.echo(f"clusterkit: excluding {fold(nodes)} (--exclude): not preflighted: {why}", err=True)
 
 
 def cancel_hint(job: Any, job_id: str) -> str:
@@ -167,28 +173,40 @@ def cancel_hint(job: Any, job_id: str) -> str:
     return f"clusterkit cancel {job_id} --profile {shlex.quote(ref)}"
 
 
-def follow_job(app: App, job: Any, job_id: str, wait: bool) -> None:
-    """After sbatch: exit 3 if Slurm can never start the job (cancelled under
-    --wait); with --wait, exit with its exit code. Ctrl-C: exit 130, naming the job."""
-    from cluster_kit.slurm import jobs
+def interrupted(job_id: str, phase: str | None, hint: str) -> None:
+    """Ctrl-C while following a job: say it is still there and how to stop it (exit 130)."""
+    where = "still queued (PENDING)" if phase == "pending" else "still running"
+    click.echo(f"job {job_id} is {where}; stop it with: {hint}", err=True)
+    exit_with(130)
+
+
+def follow_job(app: App, job: Any, job_id: str, wait: bool, doc: dict[str, Any] | None = None) -> None:
+    """After sbatch: a job Slurm can never start is cancelled (exit 3); with
+    --wait, follow it and exit with its exit code, saying how it ended (and
+    printing `doc`, the --json document, with its end). Ctrl-C: exit 130."""
+    from cluster_kit import lifecycle
 
     runner = app.runner(job.profile.data)
-    hint = cancel_hint(job, job_id)
+    seen: list[Any] = []
+    report = state_reporter(job_id)
+
+    def on_status(status: Any) -> None:
+        seen.append(status.phase)
+        if report is not None:
+            report(status)
+
     try:
-        refused = jobs.never_start_refusal(runner, jobs.settle(runner, job_id))
-        if refused is not None and wait:
-            jobs.cancel(runner, job_id)
-            raise ClusterRefused(f"{refused.message}; cancelled it", fix=refused.fix)
-        if refused is not None:
-            raise ClusterRefused(refused.message, fix=f"{refused.fix}; the job stays queued until you cancel it: {hint}")
+        lifecycle.refuse_never_start(runner, job_id)
         if not wait:
             return
-        code = jobs.wait(runner, job_id, on_status=state_reporter(job_id), cancel_never_start=True)
+        result = lifecycle.wait(runner, job_id, on_status=on_status, launcher=job.data.get("launcher"))
     except KeyboardInterrupt:
-        click.echo(f"job {job_id} is still running; stop it with: {hint}", err=True)
-        exit_with(130)
-    click.echo(f"job {job_id} finished with exit code {code}", err=True)
-    exit_with(code)
+        interrupted(job_id, seen[-1] if seen else None, cancel_hint(job, job_id))
+        return
+    click.echo(result.explanation, err=True)
+    if doc is not None:
+        click.echo(json.dumps({**doc, **result.as_dict()}, indent=2))
+    exit_with(result.exit_status or 0)
 
 
 def submit_document(job_id: str | None, route: Any, report: dict | None,
@@ -210,13 +228,15 @@ def submit_document(job_id: str | None, route: Any, report: dict | None,
               help="Refuse the job when any candidate node fails preflight (default: --exclude it).")
 @click.option("--wait", is_flag=True, help="Wait for the job; exit with its exit code.")
 @click.option("--json", "as_json", is_flag=True,
-              help="One JSON document on stdout: job id, excluded nodes, preflight report.")
+              help="One JSON document on stdout: job id, excluded nodes, preflight report "
+                   "(with --wait: printed once the job ended, with its state and exit code).")
 @pass_app
 def submit(app: App, job_file: str, dry_run: bool, test_only: bool, no_preflight: bool,
            strict: bool, wait: bool, as_json: bool) -> None:
     """Preflight the job's nodes, render and sbatch JOB_FILE; print the job id.
 
-    Nodes failing preflight are excluded while enough healthy ones remain.
+    Nodes failing preflight, and nodes Slurm could give the job that were not
+    checked, are excluded while enough healthy ones remain.
     """
     from cluster_kit.config.effective import effective
     from cluster_kit.render.environment import render_job
@@ -229,66 +249,140 @@ def submit(app: App, job_file: str, dry_run: bool, test_only: bool, no_preflight
     route, report = None, None
     if not (dry_run or no_preflight):
         route, report = preflight_and_route(app, job, settings, strict)
-        if route.excluded:
+        if route.exclude:
             settings["slurm"]["exclude"] = route.exclude_expr
             script = render_job(settings, app.search.template_dirs())
             report_excluded(route, report)
-    result = submit_script(app, job, script, test_only, dry_run, echo=not as_json)
+    result = submit_script(app, job, settings, script, test_only, dry_run, preflight=report,
+                           excluded=dict(route.excluded) if route else None, echo=not as_json)
     job_id = None if (test_only or dry_run) else result
-    if as_json:
-        click.echo(json.dumps(submit_document(job_id, route, report, result if test_only else None), indent=2))
+    doc = submit_document(job_id, route, report, result if test_only else None) if as_json else None
+    if doc is not None and not (wait and job_id):
+        click.echo(json.dumps(doc, indent=2))
     if job_id:
-        follow_job(app, job, job_id, wait)
+        follow_job(app, job, job_id, wait, doc if wait else None)
+
+
+def status_document(status: Any, result: Any) -> dict[str, Any]:
+    """`status --json`: Slurm's fields, each array task's, and how the job ended."""
+    doc = {name: str(value) if name == "exit_code" else value for name, value in status.items()}
+    doc["job_id"] = status.job_id
+    if status.tasks:
+        doc["tasks"] = [dict(task.items()) | {"exit_code": str(task.exit_code) if task.exit_code else None}
+                        for task in status.tasks]
+    if result is not None:
+        doc["outcome"] = result.as_dict()
+    return doc
 
 
 @click.command()
 @job_id_arg
 @login_profile_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
 @pass_app
-def status(app: App, job_id: str, profile_ref: str | None) -> None:
-    """The job's state (squeue, then sacct or scontrol once it ended)."""
+def status(app: App, job_id: str, profile_ref: str | None, as_json: bool) -> None:
+    """The job's state (squeue, then scontrol or sacct once it ended, then
+    clusterkit's record once Slurm forgot it); how it ended."""
+    from cluster_kit import lifecycle
     from cluster_kit.report.text import format_table
-    from cluster_kit.slurm import jobs
 
-    info = jobs.job_status(job_runner(app, profile_ref), job_id)
-    click.echo(format_table(["FIELD", "VALUE"], [[k, str(v)] for k, v in info.items()]))
+    runner = job_runner(app, profile_ref, job_id)
+    info = lifecycle.status_or_record(runner, job_id)
+    result = lifecycle.job_outcome(runner, info, _launcher(job_id)) if info.finished else None
+    if as_json:
+        click.echo(json.dumps(status_document(info, result), indent=2))
+        return
+    rows = [[k, str(v)] for k, v in info.items()]
+    rows += [[f"task {t.job_id}", f"{t.state} exit {t.exit_status}" if t.finished else t.state]
+             for t in info.tasks]
+    click.echo(format_table(["FIELD", "VALUE"], rows))
+    if info.source == "record":
+        click.echo(f"Slurm no longer knows job {job_id}; shown from clusterkit's record", err=True)
+    if result is not None:
+        click.echo(result.explanation)
+
+
+def _launcher(job_id: str) -> str:
+    from cluster_kit.lifecycle import records
+
+    record = records.find(job_id)
+    return record.launcher if record else "srun"
 
 
 @click.command()
-@job_id_arg
+@click.argument("job_ids", nargs=-1, required=True, callback=lambda ctx, param, values: [
+    check_job_id(ctx, param, value) for value in values])
 @login_profile_option
 @pass_app
-def cancel(app: App, job_id: str, profile_ref: str | None) -> None:
-    """Cancel the job (scancel)."""
+def cancel(app: App, job_ids: list[str], profile_ref: str | None) -> None:
+    """Cancel one or more jobs (scancel)."""
     from cluster_kit.slurm import jobs
 
-    jobs.cancel(job_runner(app, profile_ref), job_id)
-    click.echo(f"cancelled {job_id}")
+    for job_id in job_ids:
+        if jobs.cancel(job_runner(app, profile_ref, job_id), job_id):
+            click.echo(f"cancelled {job_id}")
+        else:
+            click.echo(f"job {job_id} had already ended")
 
 
-def echo_output(runner: Any, job_id: str, offset: int) -> int:
-    """Print the job's output from byte `offset` on; the offset after it."""
+def output_files(runner: Any, job_id: str) -> dict[str, str]:
+    """{job or task id: output path}: Slurm's, else the job's record."""
+    from cluster_kit.lifecycle import records, where_key
     from cluster_kit.slurm import jobs
 
-    chunk = jobs.read_output(runner, job_id, offset)
-    click.echo(chunk, nl=False)
-    return offset + len(chunk.encode())
+    paths = jobs.job_output_paths(runner, job_id)
+    if paths:
+        return paths
+    record = records.find(job_id, where_key(runner))
+    if record is not None and record.outputs:
+        wanted = {k: v for k, v in record.outputs.items() if k == job_id}
+        return wanted or dict(record.outputs)
+    jobs.job_status(runner, job_id)  # a job Slurm does not know at all is said so
+    raise ClusterRefused(f"Slurm {runner.where} no longer knows job {job_id}'s output file, "
+                         "and clusterkit has no record of it",
+                         fix="read the file the job's --output option names")
+
+
+def echo_outputs(runner: Any, paths: dict[str, str], offsets: dict[str, int]) -> None:
+    """Print each file from its offset on (a header per file when there are
+    several, as tail does); advance the offsets."""
+    from cluster_kit.slurm import jobs
+
+    for task_id, path in paths.items():
+        chunk = jobs.read_path(runner, path, offsets.get(task_id, 0))
+        if chunk and len(paths) > 1:
+            click.echo(f"==> {task_id}: {path} <==")
+        click.echo(chunk, nl=False)
+        offsets[task_id] = offsets.get(task_id, 0) + len(chunk.encode())
 
 
 @click.command()
 @job_id_arg
-@click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
+@click.option("-f", "--follow", is_flag=True,
+              help="Keep printing until the job ends; then say how it ended and exit with its exit code.")
 @login_profile_option
 @pass_app
 def logs(app: App, job_id: str, follow: bool, profile_ref: str | None) -> None:
-    """Print the job's output file."""
-    from cluster_kit.slurm import jobs
+    """Print the job's output file (every task's, for an array job)."""
+    from cluster_kit import lifecycle
 
-    runner = job_runner(app, profile_ref)
-    offset = echo_output(runner, job_id, 0)
+    runner = job_runner(app, profile_ref, job_id)
+    info = lifecycle.status_or_record(runner, job_id)
+    offsets: dict[str, int] = {}
+    paths = output_files(runner, job_id)
+    echo_outputs(runner, paths, offsets)
+    if info.phase == "pending" and not any(offsets.values()):
+        click.echo(f"{lifecycle.explain_status(info)}: no output yet", err=True)
     if not follow:
         return
-    while not jobs.is_finished(runner, job_id):
+    while not info.finished and info.source != "record":
         time.sleep(1.0)
-        offset = echo_output(runner, job_id, offset)
-    echo_output(runner, job_id, offset)  # what the job wrote while it ended
+        info = lifecycle.status_or_record(runner, job_id)
+        paths = output_files(runner, job_id)
+        echo_outputs(runner, paths, offsets)
+    echo_outputs(runner, output_files(runner, job_id), offsets)  # what the job wrote while it ended
+    if info.finished:
+        result = lifecycle.job_outcome(runner, info, _launcher(job_id))
+        click.echo(result.explanation, err=True)
+        # A job someone cancelled was stopped on purpose: only a failure is an error.
+        exit_with(0 if result.state == "CANCELLED" else result.exit_status or 0)

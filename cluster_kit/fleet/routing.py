@@ -26,6 +26,11 @@ def node_usable(row: NodeRow) -> bool:
     return not state.endswith("*") and not any(word in state for word in _UNUSABLE_WORDS)
 
 
+# The pseudo check ids under which `submit --json` lists nodes it excluded unchecked.
+UNCHECKED_STATE = "slurm.state"         # Slurm could not give the node when submit looked
+UNCHECKED_POOL = "profile.nodes"        # in the partition, not in the profile's nodes
+
+
 @dataclass(frozen=True)
 class Candidates:
     """The nodes to preflight, and why each other node of the pool was left out."""
@@ -33,6 +38,9 @@ class Candidates:
     nodes: list[str]
     left_out: dict[str, str] = field(default_factory=dict)
     required: bool = False  # from slurm.nodelist: Slurm allocates every one of them
+    # Nodes Slurm could still give the job that submit does not check (drained,
+    # not responding, outside the profile's nodes): never to receive it unchecked.
+    unchecked: dict[str, str] = field(default_factory=dict)  # node -> UNCHECKED_* id
 
 
 def candidate_nodes(pool: Sequence[str], rows: Sequence[NodeRow] | None,
@@ -47,8 +55,10 @@ def candidate_nodes(pool: Sequence[str], rows: Sequence[NodeRow] | None,
     states = None if rows is None else {row.node: row for row in rows}
     nodes: list[str] = []
     left_out: dict[str, str] = {}
+    unchecked: dict[str, str] = {}
     excluded = set(exclude)
-    for node in dict.fromkeys(nodelist or pool):
+    wanted = list(dict.fromkeys(nodelist or pool))
+    for node in wanted:
         row = None if states is None else states.get(node)
         if node in excluded:
             left_out[node] = "in slurm.exclude"
@@ -56,19 +66,25 @@ def candidate_nodes(pool: Sequence[str], rows: Sequence[NodeRow] | None,
             left_out[node] = "not in the partition (sinfo)"
         elif row is not None and not node_usable(row):
             left_out[node] = f"Slurm state {row.state}" + (f" ({row.reason})" if row.reason else "")
+            unchecked[node] = UNCHECKED_STATE
         else:
             nodes.append(node)
-    return Candidates(nodes, left_out, required=bool(nodelist))
+    for node in states or {}:
+        if node not in excluded and node not in left_out and node not in nodes:
+            left_out[node] = "in the partition, not in the profile's nodes"
+            unchecked[node] = UNCHECKED_POOL
+    return Candidates(nodes, left_out, required=bool(nodelist), unchecked=unchecked)
 
 
 @dataclass(frozen=True)
 class Route:
     """What `submit` does after the preflight of the candidates."""
 
-    excluded: dict[str, list[str]]  # failing node -> its failing check ids
-    exclude: list[str]              # the job's own excludes plus the failing nodes
+    excluded: dict[str, list[str]]  # failing or unchecked node -> its failing check ids
+    exclude: list[str]              # the job's own excludes plus the excluded nodes
     healthy: int
     refusal: str | None             # why nothing is submitted; None: submit
+    unchecked: dict[str, str] = field(default_factory=dict)  # excluded unchecked node -> why
 
     @property
     def exclude_expr(self) -> str | None:
@@ -97,7 +113,8 @@ def plan_route(candidates: Candidates, report: Mapping[str, Any], nodes_needed: 
     """
     failing = failing_nodes(report)
     healthy = len([n for n in candidates.nodes if n not in failing])
-    exclude = list(dict.fromkeys([*job_exclude, *failing]))
+    unchecked = {node: [why] for node, why in candidates.unchecked.items()}
+    exclude = list(dict.fromkeys([*job_exclude, *failing, *unchecked]))
     refusal = None
     if failing:
         named = describe(failing)
@@ -105,10 +122,20 @@ def plan_route(candidates: Candidates, report: Mapping[str, Any], nodes_needed: 
             refusal = f"--strict: failing node(s) {named}"
         elif candidates.required:
             refusal = f"slurm.nodelist names failing node(s) {named}"
-        elif healthy < nodes_needed:
-            refusal = (f"only {healthy} healthy node(s) of {len(candidates.nodes)} for a "
-                       f"{nodes_needed}-node job; failing: {named}")
-    return Route(failing, exclude, healthy, refusal)
+    if refusal is None and (failing or unchecked) and healthy < nodes_needed:
+        refusal = (f"only {healthy} healthy node(s) of {len(candidates.nodes)} for a {nodes_needed}-node job"
+                   + (f"; failing: {describe(failing)}" if failing else "")
+                   + (f"; not checked: {describe_unchecked(candidates)}" if unchecked else ""))
+    left_out = {node: candidates.left_out[node] for node in unchecked}
+    return Route({**failing, **unchecked}, exclude, healthy, refusal, left_out)
+
+
+def describe_unchecked(candidates: Candidates) -> str:
+    """`n2 (Slurm state idle*), n[3-9] (in the partition, not in the profile's nodes)`."""
+    by_reason: dict[str, list[str]] = {}
+    for node in candidates.unchecked:
+        by_reason.setdefault(candidates.left_out[node], []).append(node)
+    return ", ".join(f"{fold(nodes)} ({why})" for why, nodes in by_reason.items())
 
 
 def describe(failing: Mapping[str, Sequence[str]]) -> str:
@@ -119,6 +146,11 @@ def describe(failing: Mapping[str, Sequence[str]]) -> str:
 def refusal_fix(route: Route, candidates: Candidates) -> str:
     """How to get the job submitted anyway: exclude, fix or drain the nodes."""
     nodes = fold(list(route.excluded))
+    failing = [node for node in route.excluded if node not in route.unchecked]
+    if route.unchecked and not failing:
+        waiting = fold(list(route.unchecked))
+        return (f"wait until Slurm can use {waiting} again (sinfo -n {waiting}) and submit again, "
+                f"ask for at most {route.healthy} node(s), or submit with --no-preflight")
     if candidates.required:
         return f"remove {nodes} from slurm.nodelist, or fix them (clusterkit preflight --nodes {nodes})"
     if route.refusal and route.refusal.startswith("--strict"):

@@ -57,6 +57,7 @@ class JobStatus:
     source: str  # squeue | scontrol | sacct
     num_nodes: str = ""  # nodes the job asked for (squeue %D)
     partition: str = ""
+    tasks: tuple[JobStatus, ...] = ()  # an array job's tasks (`12_0`, `12_[3-5]`), in task order
 
     @property
     def phase(self) -> str:
@@ -68,8 +69,20 @@ class JobStatus:
 
     @property
     def exit_status(self) -> int | None:
-        """The exit status `submit --wait` reports; None while the job runs."""
-        return slurm.job_exit_code(self.state, self.exit_code) if self.finished else None
+        """The exit status `submit --wait` reports; None while the job runs.
+        An array job's is its first failed task's (0 only when every task completed)."""
+        if not self.finished:
+            return None
+        failed = self.failed_tasks
+        if failed:
+            return failed[0].exit_status
+        return slurm.job_exit_code(self.state, self.exit_code)
+
+    @property
+    def failed_tasks(self) -> list[JobStatus]:
+        """An array job's tasks that ended in any state but COMPLETED."""
+        return [task for task in self.tasks
+                if task.finished and slurm.base_state(task.state) != "COMPLETED"]
 
     def items(self) -> Iterator[tuple[str, object]]:
         """(field, value) pairs to print, the unset ones left out."""
@@ -112,27 +125,73 @@ def _status_from_squeue(runner: Runner, job_id: str) -> JobStatus | None:
         if slurm.is_unknown_job(completed.stderr):
             return None
         raise refusal("squeue", completed, runner)
-    for row in slurm.parse_squeue(completed.stdout):
+    rows = slurm.parse_squeue(completed.stdout)
+    for row in rows:
         if row.job_id == job_id:
-            return JobStatus(job_id, row.state, row.reason, row.nodes, row.elapsed,
-                             None, None, "squeue", row.num_nodes, row.partition)
-    return None
+            return _squeue_status(row)
+    tasks = [_squeue_status(row) for row in rows if row.job_id.startswith(f"{job_id}_")]
+    return array_status(job_id, tasks, "squeue") if tasks else None
 
 
-def _scontrol_record(runner: Runner, job_id: str) -> dict[str, str] | None:
+def _squeue_status(row: slurm.SqueueRow) -> JobStatus:
+    return JobStatus(row.job_id, row.state, row.reason, row.nodes, row.elapsed,
+                     None, None, "squeue", row.num_nodes, row.partition)
+
+
+def array_status(job_id: str, tasks: Sequence[JobStatus], source: str) -> JobStatus:
+    """One status for an array job from its tasks': pending or running while any
+    task is; once all ended, COMPLETED only if every task completed, else the
+    state and exit code of the first task (in task order) that did not."""
+    ordered = tuple(sorted(tasks, key=lambda t: _task_order(t.job_id)))
+    live = [t for t in ordered if not t.finished]
+    running = [t for t in live if t.phase == "running"]
+    failed = [t for t in ordered if t.finished and slurm.base_state(t.state) != "COMPLETED"]
+    lead = (running or live or failed or list(ordered))[0]
+    nodes = fold([n for t in ordered for n in _expand_nodes(t.nodes)]) if ordered else ""
+    return JobStatus(job_id, lead.state, lead.reason, nodes, lead.elapsed, lead.exit_code,
+                     None, source, lead.num_nodes, lead.partition, ordered)
+
+
+def _task_order(task_id: str) -> tuple[int, str]:
+    """`12_3` -> (3, ...); folded pending tasks (`12_[4-9%2]`) sort by their first."""
+    digits = "".join(ch if ch.isdigit() else " " for ch in task_id.partition("_")[2]).split()
+    return (int(digits[0]) if digits else 0, task_id)
+
+
+def _expand_nodes(nodes: str) -> list[str]:
+    from cluster_kit.hostlist import expand
+
+    try:
+        return expand(nodes) if nodes and nodes != "(null)" else []
+    except ValueError:
+        return []
+
+
+def _scontrol_records(runner: Runner, job_id: str) -> list[dict[str, str]]:
     completed = runner.run(slurm.build_scontrol_show_job(job_id))
     if not completed.ok:
         if slurm.is_unknown_job(completed.stderr):
-            return None
+            return []
         raise refusal("scontrol show job", completed, runner)
-    records = slurm.parse_scontrol_show_job(completed.stdout)
-    return next((r for r in records if r.get("JobId") == job_id), records[0] if records else None)
+    return slurm.parse_scontrol_show_job(completed.stdout)
 
 
 def _status_from_scontrol(runner: Runner, job_id: str) -> JobStatus | None:
-    record = _scontrol_record(runner, job_id)
-    if record is None:
-        return None
+    records = _scontrol_records(runner, job_id)
+    tasks = array_records(records, job_id)
+    if tasks:
+        return array_status(job_id, [_record_status(r, task_id) for task_id, r in tasks], "scontrol")
+    record = next((r for r in records if r.get("JobId") == job_id), records[0] if records else None)
+    return None if record is None else _record_status(record, job_id)
+
+
+def array_records(records: Sequence[dict[str, str]], job_id: str) -> list[tuple[str, dict[str, str]]]:
+    """(`12_3`, record) for each task of array job `job_id` scontrol listed."""
+    return [(f"{job_id}_{r['ArrayTaskId']}", r) for r in records
+            if r.get("ArrayJobId") == job_id and r.get("ArrayTaskId")]
+
+
+def _record_status(record: dict[str, str], job_id: str) -> JobStatus:
     exit_code = record.get("ExitCode")
     return JobStatus(
         job_id, record.get("JobState", ""), record.get("Reason", ""),
@@ -232,10 +291,23 @@ def is_finished(runner: Runner, job_id: str) -> bool:
     return status is None or status.finished
 
 
+def job_output_paths(runner: Runner, job_id: str) -> dict[str, str]:
+    """{job or array task id: its StdOut path} as scontrol reports them (a
+    pending array's not-yet-started tasks left out); {} once Slurm forgot the job."""
+    job_id = slurm.check_job_id(job_id)
+    records = _scontrol_records(runner, job_id)
+    tasks = array_records(records, job_id)
+    if tasks:
+        return {task_id: r["StdOut"] for task_id, r in tasks
+                if r.get("StdOut") and r["ArrayTaskId"].isdigit()}
+    record = next((r for r in records if r.get("JobId") == job_id), records[0] if records else None)
+    return {job_id: record["StdOut"]} if record and record.get("StdOut") else {}
+
+
 def job_output_path(runner: Runner, job_id: str) -> str | None:
     """The job's StdOut path as scontrol reports it; None once Slurm forgot the job."""
-    record = _scontrol_record(runner, slurm.check_job_id(job_id))
-    return (record or {}).get("StdOut") or None
+    paths = job_output_paths(runner, job_id)
+    return paths.get(slurm.check_job_id(job_id)) or next(iter(paths.values()), None)
 
 
 def read_output(runner: Runner, job_id: str, offset: int = 0) -> str:
@@ -249,6 +321,19 @@ def read_output(runner: Runner, job_id: str, offset: int = 0) -> str:
         job_status(runner, job_id)  # a job Slurm does not know at all is said so
         raise ClusterRefused(f"Slurm {runner.where} no longer knows job {job_id}'s output file",
                              fix="read the file the job's --output option names")
+    return read_path(runner, path, offset)
+
+
+def read_tail(runner: Runner, path: str, size: int = 256 * 1024) -> str:
+    """The last `size` bytes of a file, read through the runner ("" while it does not exist)."""
+    completed = runner.run(["tail", "-c", str(int(size)), "--", path])
+    if not completed.ok:
+        return ""
+    return completed.stdout
+
+
+def read_path(runner: Runner, path: str, offset: int = 0) -> str:
+    """A file from byte `offset` on, read through the runner ("" while it does not exist)."""
     completed = runner.run(["tail", "-c", f"+{int(offset) + 1}", "--", path])
     if not completed.ok:
         if "No such file" in completed.stderr:

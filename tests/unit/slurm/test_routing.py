@@ -114,6 +114,35 @@ def test_a_healthy_fleet_routes_nothing_even_when_the_job_is_larger() -> None:
     assert (got.refusal, got.excluded, got.exclude_expr) == (None, {}, None)
 
 
+def test_a_node_not_responding_is_never_given_the_job_unchecked() -> None:
+    # n2 drained and resumed: `idle*` for a moment. Submit checks only n1, so n2
+    # must be excluded, or the job may land on it once it answers again.
+    rows = slurm.parse_sinfo_nodes(out("sinfo_nodes_not_responding"))
+    assert [(r.node, r.state) for r in rows] == [("n1", "idle"), ("n2", "idle*")]
+    candidates = routing.candidate_nodes(["n1", "n2"], rows)
+    assert candidates.nodes == ["n1"] and candidates.unchecked == {"n2": routing.UNCHECKED_STATE}
+    got = routing.plan_route(candidates, report(node("n1", "pass")), 1)
+    assert (got.refusal, got.exclude_expr, got.excluded) == (None, "n2", {"n2": ["slurm.state"]})
+    assert got.unchecked == {"n2": "Slurm state idle*"}
+
+
+def test_too_few_checked_nodes_refuse_and_name_the_unchecked_one() -> None:
+    rows = slurm.parse_sinfo_nodes(out("sinfo_nodes_not_responding"))
+    candidates = routing.candidate_nodes(["n1", "n2"], rows)
+    got = routing.plan_route(candidates, report(node("n1", "pass")), 2)
+    assert got.refusal == "only 1 healthy node(s) of 1 for a 2-node job; not checked: n2 (Slurm state idle*)"
+    assert routing.refusal_fix(got, candidates).startswith("wait until Slurm can use n2 again (sinfo -n n2)")
+
+
+def test_partition_nodes_outside_the_profiles_nodes_are_excluded() -> None:
+    rows = slurm.parse_sinfo_nodes(out("sinfo_nodes"))
+    candidates = routing.candidate_nodes(["n1"], rows)
+    assert candidates.left_out == {"n2": "in the partition, not in the profile's nodes"}
+    got = routing.plan_route(candidates, report(node("n1", "pass")), 1, job_exclude=["n9"])
+    assert (got.refusal, got.exclude) == (None, ["n9", "n2"])
+    assert got.excluded == {"n2": [routing.UNCHECKED_POOL]}
+
+
 # ---------------------------------------------------------------- never-start reasons
 
 

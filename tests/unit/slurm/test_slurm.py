@@ -38,7 +38,7 @@ def err(case: str) -> str:
 def test_every_recorded_case_has_its_files() -> None:
     for case, meta in CASES.items():
         assert (DATA / f"{case}.stdout").exists() and (DATA / f"{case}.stderr").exists()
-        assert meta["argv"][0] in {"sbatch", "squeue", "sacct", "scontrol", "scancel", "sinfo"}
+        assert meta["argv"][0] in {"sbatch", "squeue", "sacct", "scontrol", "scancel", "sinfo", "tail"}
 
 
 def test_recorded_argv_is_what_the_builders_make_now() -> None:

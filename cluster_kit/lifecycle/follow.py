@@ -1,0 +1,134 @@
+"""Follow a submitted job to its end and say how it ended."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from cluster_kit.errors import ClusterRefused
+from cluster_kit.lifecycle import records
+from cluster_kit.lifecycle.submission import where_key
+from cluster_kit.slurm import builders as slurm
+from cluster_kit.slurm import jobs, outcome
+
+if TYPE_CHECKING:
+    from cluster_kit.slurm.runner import Runner
+
+FORGOTTEN = "UNKNOWN"  # the state of a job Slurm forgot and no record says how it ended
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a job (or one array task) ended, in one sentence and as data."""
+
+    job_id: str
+    state: str
+    exit_status: int | None
+    explanation: str
+    output: str | None = None
+    tasks: tuple[Outcome, ...] = ()
+    first_failure: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"job_id": self.job_id, "state": self.state, "exit_code": self.exit_status,
+                               "explanation": self.explanation, "output": self.output}
+        if self.first_failure:
+            doc["first_failure"] = self.first_failure
+        if self.tasks:
+            doc["tasks"] = [task.as_dict() for task in self.tasks]
+        return doc
+
+
+@dataclass
+class _Seen:
+    """What a poll loop remembers of the statuses it reported."""
+
+    last: list[tuple[str, str]] = field(default_factory=list)
+
+
+def status_or_record(runner: Runner, job_id: str) -> jobs.JobStatus:
+    """The job's status from Slurm, else from clusterkit's record once Slurm
+    forgot it (state as last seen, output path as submitted).
+
+    Raises ClusterRefused when neither knows the job."""
+    try:
+        return jobs.job_status(runner, job_id)
+    except ClusterRefused as refused:
+        record = records.find(job_id, where_key(runner))
+        if record is None or "does not know job" not in refused.message:
+            raise
+    ended = record.ended or {}
+    output = record.outputs.get(job_id) or next(iter(record.outputs.values()), None)
+    return jobs.JobStatus(job_id, str(ended.get("state") or FORGOTTEN), "", "", "", None, output, "record")
+
+
+def job_outcome(runner: Runner, status: jobs.JobStatus, launcher: str = "srun") -> Outcome:
+    """How a finished job ended: Slurm's state, the first failing task found in
+    its output (srun's own lines), its exit code; per task for an array."""
+    if status.tasks:
+        tasks = tuple(_task_outcome(runner, task, launcher) for task in status.tasks)
+        failed = [t for t in tasks if t.state != "COMPLETED"]
+        summary = (f"array job {status.job_id}: {len(failed)} of {len(tasks)} task(s) did not complete; "
+                   + "; ".join(t.explanation for t in failed)) if failed else (
+                   f"array job {status.job_id}: all {len(tasks)} tasks completed (exit code 0)")
+        return Outcome(status.job_id, status.state, status.exit_status, summary, None, tasks)
+    return _task_outcome(runner, status, launcher)
+
+
+def _task_outcome(runner: Runner, status: jobs.JobStatus, launcher: str) -> Outcome:
+    path = status.stdout_path or _recorded_output(runner, status.job_id)
+    verdict = outcome.parse_job_output(jobs.read_tail(runner, path)) if path and status.finished else None
+    text = outcome.explain(status.job_id, status.state, status.exit_status, verdict, ranks=launcher != "torchrun")
+    first = verdict.first_failure if verdict else None
+    failure = None if first is None or slurm.base_state(status.state) == "COMPLETED" else {
+        "node": first.node, "tasks": list(first.tasks), "what": first.what, "exit_code": first.exit_code}
+    return Outcome(status.job_id, slurm.base_state(status.state), status.exit_status, text, path,
+                   first_failure=failure)
+
+
+def _recorded_output(runner: Runner, job_id: str) -> str | None:
+    record = records.find(job_id, where_key(runner))
+    return (record.outputs.get(job_id) or None) if record else None
+
+
+def explain_status(status: jobs.JobStatus) -> str:
+    """`job 7: PENDING (Resources)` — a line for a job that has not ended."""
+    reason = f" ({status.reason})" if status.reason and status.reason != "None" else ""
+    return f"job {status.job_id}: {status.state}{reason}"
+
+
+def wait(runner: Runner, job_id: str, on_status: Callable[[jobs.JobStatus], None] | None = None,
+         poll: float = 5.0, launcher: str | None = None) -> Outcome:
+    """Poll until the job ends (cancelling it if Slurm can never start it,
+    ClusterRefused then); its outcome, also kept in its record."""
+    jobs.wait(runner, job_id, poll=poll, on_status=on_status, cancel_never_start=True)
+    status = jobs.job_status(runner, job_id)
+    record = records.find(job_id, where_key(runner))
+    result = job_outcome(runner, status, launcher or (record.launcher if record else "srun"))
+    remember(record, result)
+    return result
+
+
+def remember(record: records.JobRecord | None, result: Outcome) -> None:
+    """Keep how the job ended in its record (for when Slurm has forgotten it)."""
+    if record is None:
+        return
+    record.ended = {"state": result.state, "exit_status": result.exit_status,
+                    "explanation": result.explanation}
+    if result.tasks:
+        record.outputs.update({t.job_id: t.output for t in result.tasks if t.output})
+    records.save(record)
+
+
+def state_changes(report: Callable[[str], None]) -> Callable[[jobs.JobStatus], None]:
+    """An on_status callback that reports each change of state or reason once."""
+    seen = _Seen()
+
+    def on_status(status: jobs.JobStatus) -> None:
+        now = (status.state, status.reason)
+        if not seen.last or seen.last[-1] != now:
+            seen.last.append(now)
+            report(explain_status(status))
+
+    return on_status
+

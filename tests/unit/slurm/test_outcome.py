@@ -1,0 +1,104 @@
+"""How a job ended, read from real Slurm 22.05 text (tests/data/slurm/).
+
+`output_rank_raised.out` is the output of a 2-node x 2-rank gloo job on the dev
+cluster whose rank 3 raised; `output_time_limit.out` a 2-node srun job stopped
+by its 1-minute limit. The array cases are a 3-task array whose task 0 exited 1.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from test_slurm import DATA, Replay, out
+
+from cluster_kit.lifecycle import job_outcome
+from cluster_kit.slurm import jobs, outcome
+from cluster_kit.slurm.builders import ExitCode
+
+
+def text(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def test_the_rank_that_raised_is_the_first_failure_not_the_ones_srun_stopped() -> None:
+    verdict = outcome.parse_job_output(text("output_rank_raised.out"))
+    assert [(f.node, f.tasks, f.what) for f in verdict.failures] == [
+        ("n2", (3,), "Exited with exit code 1"), ("n2", (2,), "Terminated"), ("n1", (0, 1), "Terminated")]
+    first = verdict.first_failure
+    assert first is not None and (first.node, first.tasks, first.exit_code) == ("n2", (3,), 1)
+    assert first.describe() == "rank 3 on n2 exited with exit code 1"
+    assert first.describe(ranks=False) == "task 3 on n2 exited with exit code 1"
+    assert verdict.cause is None  # a STEP banner without a cause
+
+
+def test_a_rank_raising_reads_as_that_rank_not_exit_code_143() -> None:
+    verdict = outcome.parse_job_output(text("output_rank_raised.out"))
+    assert outcome.explain("2", "FAILED", 143, verdict) == (
+        "job 2 finished with exit code 143: FAILED; first failure: rank 3 on n2 exited with exit code 1")
+
+
+def test_the_time_limit_is_named_and_no_task_is_blamed_for_it_first() -> None:
+    verdict = outcome.parse_job_output(text("output_time_limit.out"))
+    assert verdict.cause == "TIME LIMIT"
+    assert all(f.collateral for f in verdict.failures)
+    sentence = outcome.explain("5", "TIMEOUT", 143, verdict)
+    assert sentence.startswith("job 5 finished with exit code 143: TIMEOUT (reached its time limit)")
+
+
+def test_killed_by_a_signal_and_node_failure_and_oom_lines() -> None:
+    log = ("srun: error: n1: task 0: Segmentation fault (core dumped)\n"
+           "srun: error: Node failure on n2\n"
+           "slurmstepd: error: Detected 2 oom_kill events in StepId=7.0. Some of the step tasks "
+           "have been OOM Killed.\n"
+           "slurmstepd-n1: error: *** JOB 7 ON n1 CANCELLED AT 2026-12-04T04:02:36 DUE TO NODE FAILURE ***\n")
+    verdict = outcome.parse_job_output(log)
+    assert verdict.first_failure is not None and verdict.first_failure.exit_code is None
+    assert verdict.first_failure.describe() == "rank 0 on n1 ended: Segmentation fault (core dumped)"
+    assert (verdict.failed_nodes, verdict.oom_kills, verdict.cause) == (("n2",), 2, "NODE FAILURE")
+    sentence = outcome.explain("7", "NODE_FAIL", 1, verdict)
+    assert "NODE_FAIL (a node failed)" in sentence and "failed node(s): n2" in sentence
+
+
+def test_a_completed_job_blames_no_one() -> None:
+    assert outcome.explain("3", "COMPLETED", 0, outcome.parse_job_output("")) == (
+        "job 3 finished with exit code 0: COMPLETED")
+
+
+# ---------------------------------------------------------------- array jobs
+
+
+def test_an_array_with_a_failed_task_is_not_a_success() -> None:
+    runner = Replay.of("squeue_array_failed_task", "scontrol_show_job_array_failed_task")
+    status = jobs.job_status(runner, "4")
+    assert [t.job_id for t in status.tasks] == ["4_0", "4_1", "4_2"]
+    assert status.finished and status.state == "FAILED" and status.exit_status == 1
+    assert [t.job_id for t in status.failed_tasks] == ["4_0"]
+    assert status.tasks[0].exit_code == ExitCode(1, 0)
+    assert jobs.job_output_paths(runner, "4") == {
+        "4_0": "/tmp/try/logs/arr-4_0.out", "4_1": "/tmp/try/logs/arr-4_1.out",
+        "4_2": "/tmp/try/logs/arr-4_2.out"}
+
+
+def test_an_array_with_tasks_left_to_run_is_running() -> None:
+    runner = Replay.of("squeue_array_pending_tasks")
+    status = jobs.job_status(runner, "8")
+    assert status.source == "squeue" and not status.finished and status.state == "RUNNING"
+    assert [t.job_id for t in status.tasks] == ["8_0", "8_[1-2%1]"]
+    assert status.tasks[1].reason == "JobArrayTaskLimit"
+
+
+def test_the_array_outcome_names_the_failed_task() -> None:
+    runner = Replay.of("squeue_array_failed_task", "scontrol_show_job_array_failed_task",
+                       "tail_array_task_0", "tail_array_task_1", "tail_array_task_2")
+    result = job_outcome(runner, jobs.job_status(runner, "4"))
+    assert result.exit_status == 1 and result.state == "FAILED"
+    assert result.explanation == ("array job 4: 1 of 3 task(s) did not complete; "
+                                  "job 4_0 finished with exit code 1: FAILED")
+    assert [t["job_id"] for t in result.as_dict()["tasks"]] == ["4_0", "4_1", "4_2"]
+
+
+def test_recorded_scontrol_of_the_raised_rank_job_gives_srun_exit_143() -> None:
+    runner = Replay.of("squeue_rank_raised", "scontrol_show_job_rank_raised")
+    status = jobs.job_status(runner, "2")
+    assert (status.state, status.exit_status, status.stdout_path) == ("FAILED", 143, "/tmp/try/logs/raise-2.out")
+    assert Path(DATA / "output_rank_raised.out").read_text().count("srun: error:") == 3
+    assert out("squeue_time_limit").startswith("5|TIMEOUT|TimeLimit|")
