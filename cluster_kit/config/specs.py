@@ -312,8 +312,8 @@ DESCRIPTIONS: dict[str, str] = {
     "job.container.mount_home": "Mount the user's home directory into the container (default false).",
     "job.container.env": "More variables whose host value must win over the image's (every clusterkit export already does).",
     "expect.xid_window": "gpu.xid looks at Xid events this recent: seconds or 30m, 24h, 7d (default 24h, at most 7d).",
-    "expect.ib_error_thresholds": "rdma.port_errors: per-port counter values that fail a port (defaults in the README).",
-    **{f"expect.ib_error_thresholds.{name}": f"Fail a port whose {name} counter reaches this (rdma.port_errors)."
+    "expect.ib_error_thresholds": "rdma.port_errors: per-port counter limits; a port above one fails (defaults in docs/reference.md).",
+    **{f"expect.ib_error_thresholds.{name}": f"A port whose {name} counter is above this fails (rdma.port_errors)."
        for name in ("symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
                     "local_link_integrity_errors", "excessive_buffer_overrun_errors",
                     "port_rcv_remote_physical_errors")},
