@@ -38,5 +38,5 @@ def bench_allreduce(app: App, job_file: str, max_bytes: str | None, as_json: boo
     click.echo(json.dumps(doc, indent=2) if as_json else table)
     if result.exit_status or not passed:
         raise CheckFailed(f"all-reduce sweep: {result.explanation}" if result.exit_status
-                          else f"all-reduce sweep job {job_id}: busbw below {expect} GB/s",
+                          else f"all-reduce sweep job {job_id} busbw below {expect} GB/s",
                           fix=f"read the job's log: clusterkit logs {job_id}")

@@ -229,8 +229,11 @@ def test_submit_status_and_logs_through_the_login_node(dev_cluster: Any, tmp_pat
         for rank, fields in ranks.items():
             assert fields == {"RANK": str(rank), "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "n1",
                               "SLURMD_NODENAME": f"n{rank + 1}", "user": dev_cluster.user}
-        # The same command without the login node fails: they did go through it.
-        local = clusterkit(dev_cluster, "status", job_id, env=env)
+        # Without --profile, the job's record names the profile that reaches the login node...
+        recorded = clusterkit(dev_cluster, "status", job_id, env=env)
+        assert recorded.returncode == 0 and "COMPLETED" in recorded.stdout, recorded.stderr
+        # ...and without a record the same command runs here and fails: they did go through it.
+        local = clusterkit(dev_cluster, "status", job_id, env={**env, "XDG_STATE_HOME": str(folder / "none")})
         assert local.returncode == 3 and "squeue failed on this machine" in local.stderr, local.stderr
 
 
