@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from cluster_kit.config import specs, vocab
 from cluster_kit.config.launch import default_tasks_per_node
 from cluster_kit.config.search import _looks_like_path
+from cluster_kit.config.validators import asks_no_gpus
 from cluster_kit.render import jobscript
 from cluster_kit.slurm.builders import SBATCH_VALUE_KEYS
 
@@ -24,6 +25,8 @@ def effective(job: Job) -> dict[str, Any]:
 
     Job values win over the profile's: `gpus_per_node`, `time`, `slurm`, `nccl`
     (any network key, plus `debug`), `env` (merged over the profile's env).
+    `gpus_per_node: 0` asks for no GPUs: the profile's other GPU requests are
+    dropped and `expect` no longer demands GPUs (`cpu_job_expect`).
     """
     j, p = job.data, job.profile.data
     gpus = _first(j.get("gpus_per_node"), j["slurm"].get("gpus_per_node"),
@@ -43,10 +46,10 @@ def effective(job: Job) -> dict[str, Any]:
         "cuda_graphs": j["cuda_graphs"],
         "template": job_template(j["template"], job.path),
         "master_port": j["master_port"],
-        "slurm": _effective_slurm(p["slurm"], j["slurm"], j.get("time")),
+        "slurm": _effective_slurm(p["slurm"], j["slurm"], j.get("time"), asks_no_gpus(gpus)),
         "network": _effective_network(p["network"], j["nccl"]),
         "environment": _effective_environment(p["environment"], j["env"]),
-        "expect": dict(p["expect"]),
+        "expect": cpu_job_expect(p["expect"]) if asks_no_gpus(gpus) else dict(p["expect"]),
         "container": j.get("container"),
     }
 
@@ -78,14 +81,34 @@ def _tasks_per_node(job: Mapping[str, Any], profile: Mapping[str, Any], gpus: An
 
 
 def _effective_slurm(profile: Mapping[str, Any], job: Mapping[str, Any],
-                     job_time: Any) -> dict[str, Any]:
+                     job_time: Any, no_gpus: bool) -> dict[str, Any]:
     out: dict[str, Any] = {key: _first(job.get(key), profile.get(key)) for key in _SLURM_KEYS}
     out["time"] = _first(job_time, job.get("time"), profile.get("time"))
     for key in ("mem", "time"):
         out[key] = None if out[key] is None else str(out[key])
     extra = {**_sbatch_extra(profile), **_sbatch_extra(job)}
+    if no_gpus:
+        extra = _without_gpu_requests(extra)
     out["extra"] = {option: value for option, value in extra.items() if value is not None}
     return out
+
+
+def _without_gpu_requests(extra: Mapping[str, str | None]) -> dict[str, str | None]:
+    """Extra sbatch options without those that ask for GPUs (a job with gpus_per_node: 0)."""
+    out = {option: value for option, value in extra.items() if option not in vocab.GPU_SBATCH_OPTIONS}
+    if out.get("gres"):
+        out["gres"] = vocab.without_gpu_gres(str(out["gres"])) or None
+    return out
+
+
+# What a job without GPUs no longer expects of its nodes: the GPUs themselves, and
+# what only GPU traffic needs (GPUDirect RDMA, libnccl: a CPU job talks over Gloo).
+CPU_JOB_DROPPED_EXPECT = ("gpus_per_node", "gpu_model", "min_driver", "xid_window", "peermem", "nccl")
+
+
+def cpu_job_expect(expect: Mapping[str, Any]) -> dict[str, Any]:
+    """The profile's `expect` for a job with `gpus_per_node: 0`: nothing about GPUs."""
+    return {key: None if key in CPU_JOB_DROPPED_EXPECT else value for key, value in expect.items()}
 
 
 def _sbatch_extra(slurm: Mapping[str, Any]) -> dict[str, str | None]:

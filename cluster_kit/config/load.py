@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cluster_kit.config import spec, specs
+from cluster_kit.config import jobchecks, spec, specs
 from cluster_kit.config.problems import Problems
 from cluster_kit.config.search import _same_file
 from cluster_kit.config.yamlfile import KeyPath, YamlDoc, YamlError, nearest
@@ -298,7 +298,7 @@ def _is_job_file(path: Path) -> bool:
 
 
 def _cross_check_job(job: Mapping[str, Any], profile: Profile | None) -> list[spec.Problem]:
-    """Problems that need the job and its profile together."""
+    """Problems that need the job and its profile together, or two keys of the job."""
     slurm = job.get("slurm")
     tasks = slurm.get("ntasks_per_node") if isinstance(slurm, dict) else None
     if job.get("launcher") == "torchrun" and isinstance(tasks, int) and tasks > 1:
@@ -306,7 +306,8 @@ def _cross_check_job(job: Mapping[str, Any], profile: Profile | None) -> list[sp
                    "torchrun agents per node; torchrun runs one task per node, so remove it "
                    "or use launcher: srun")
         return [(("slurm", "ntasks_per_node"), message)]
-    return _check_container(job.get("container"))
+    return [*jobchecks.check_node_count(job, profile), *jobchecks.check_gpu_requests(job),
+            *_check_container(job.get("container"))]
 
 
 def _check_container(container: Any) -> list[spec.Problem]:

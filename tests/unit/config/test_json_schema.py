@@ -66,7 +66,7 @@ def test_the_known_bad_files_fail_both(name: str, kind: str) -> None:
 BAD_PROFILES = [
     "nodes: 'gpu 01'", "extra_key: 1", "ssh: {port: 70000}", "ssh: {host_key_policy: trust-all}",
     "ssh: {fanout: 0}", "ssh: {connect_timeout: -1}", "ssh: {colour: red}", "login: {host: 'a b'}",
-    "slurm: {partition: 'gpu$(reboot)'}", "slurm: {account: \"a\\nb\"}", "slurm: {gpus_per_node: 0}",
+    "slurm: {partition: 'gpu$(reboot)'}", "slurm: {account: \"a\\nb\"}", "slurm: {gpus_per_node: -1}",
     "slurm: {gpus_per_node: 'h100:'}", "slurm: {time: '25:61:00'}", "slurm: {mem: 64GB}",
     "slurm: {exclusive: always}", "slurm: {mail_typo: END}", "slurm: {job_name: x}",
     "slurm: {sbatch: {resrvation: x}}", "slurm: {sbatch: {nodes: 2}}", "slurm: {partition_name: x}",
@@ -83,7 +83,7 @@ BAD_JOBS = [
     "nodes: 0", "launcher: mpirun", "time: 90:00:00:00", "output: logs/$(id).out",
     "env: {9LIVES: x}", "nccl: {debug: LOUD}", "nccl: {ib_timeout: 40}", "nccl: {colour: red}",
     "slurm: {job-name: other}", "args: [[1]]", "preflight: maybe", "master_port: 80",
-    "template: ''", "unknown: 1",
+    "template: ''", "unknown: 1", "gpus_per_node: -8",
 ]
 
 
