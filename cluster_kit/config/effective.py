@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import posixpath
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,7 +49,7 @@ def effective(job: Job) -> dict[str, Any]:
         "master_port": j["master_port"],
         "slurm": _effective_slurm(p["slurm"], j["slurm"], j.get("time"), asks_no_gpus(gpus)),
         "network": _effective_network(p["network"], j["nccl"]),
-        "environment": _effective_environment(p["environment"], j["env"]),
+        "environment": _effective_environment(p["environment"], job_environment(job)),
         "expect": cpu_job_expect(p["expect"]) if asks_no_gpus(gpus) else dict(p["expect"]),
         "container": j.get("container"),
     }
@@ -136,11 +137,34 @@ def _effective_network(profile: Mapping[str, Any], nccl: Mapping[str, Any]) -> d
     return out
 
 
-def _effective_environment(profile: Mapping[str, Any], job_env: Mapping[str, Any]) -> dict[str, Any]:
-    env = {**(profile.get("env") or {}), **job_env}
+def interpreter_path(python: str, start: str | None) -> str:
+    """`environment.python` as the job runs it: a name (python3) is looked up on the
+    nodes' PATH and an absolute path kept; a relative path (.venv/bin/python) starts at
+    `start`, or stays as written when `start` is None (the job starts in its workdir)."""
+    if "/" not in python or posixpath.isabs(python) or start is None:
+        return python
+    return posixpath.normpath(posixpath.join(start, python))
+
+
+def job_environment(job: Job) -> dict[str, Any]:
+    """The job file's `environment:` with its python resolved (as `script` is: relative
+    to the workdir when the job sets one, else to the job file's folder), and its
+    top-level `env:` merged over its `environment.env`."""
+    own = {key: value for key, value in (job.data.get("environment") or {}).items() if value is not None}
+    if own.get("python"):
+        start = None if job.data.get("workdir") else os.path.dirname(os.path.abspath(job.path))
+        own["python"] = interpreter_path(str(own["python"]), start)
+    own["env"] = {**(own.get("env") or {}), **(job.data.get("env") or {})}
+    return own
+
+
+def _effective_environment(profile: Mapping[str, Any], job: Mapping[str, Any]) -> dict[str, Any]:
+    """The profile's environment with the job's over it: lists and python replaced, env merged."""
+    merged = {**profile, **{key: value for key, value in job.items() if key != "env"}}
+    env = {**(profile.get("env") or {}), **job["env"]}
     return {
-        "modules": [str(m) for m in profile.get("modules") or []],
-        "setup": [str(s) for s in profile.get("setup") or []],
-        "python": profile.get("python") or "python3",
+        "modules": [str(m) for m in merged.get("modules") or []],
+        "setup": [str(s) for s in merged.get("setup") or []],
+        "python": merged.get("python") or "python3",
         "env": {name: str(value) for name, value in env.items()},
     }

@@ -26,6 +26,7 @@ from cluster_kit.config.validators import (
     hostlist,
     ib_hca,
     integer,
+    interpreter,
     memlock,
     nccl_name,
     nccl_value,
@@ -160,12 +161,19 @@ NETWORK_FIELDS: dict[str, Spec] = {
 }
 
 
-ENVIRONMENT = Section({
+ENVIRONMENT_FIELDS: dict[str, Spec] = {
     "modules": ListOf(Field(text())),
     "setup": ListOf(Field(text())),
-    "python": _str("python3"),
+    "python": Field(interpreter(), "python3"),
     "env": MapOf(env_name(), Field(env_value())),
-})
+}
+
+
+ENVIRONMENT = Section(ENVIRONMENT_FIELDS)
+
+
+# A job's own environment: only what it names overrides the profile's.
+JOB_ENVIRONMENT = Section({**ENVIRONMENT_FIELDS, "python": Field(interpreter())}, fill=False)
 
 
 EXPECT = Section({
@@ -230,6 +238,7 @@ JOB = Section({
     "workdir": Field(sbatch_text(PATH_CHARS)),
     "output": Field(sbatch_text(PATH_CHARS)),
     "env": MapOf(env_name(), Field(env_value())),
+    "environment": JOB_ENVIRONMENT,
     "nccl": JOB_NCCL,
     "preflight": Field(boolean(), True),
     "cuda_graphs": Field(boolean(), False),
@@ -291,8 +300,10 @@ DESCRIPTIONS: dict[str, str] = {
     "network.nccl_env": "More NCCL_* variables; names are checked against NCCL's documented list.",
     "environment": "What the job script sets up before training.",
     "environment.modules": "`module load` lines.",
-    "environment.setup": "Shell lines run before training, e.g. activating a virtual environment.",
-    "environment.python": "Interpreter with torch on the nodes.",
+    "environment.setup": ("Shell lines run before training, verbatim, in the job's working directory (workdir, "
+                          "else where sbatch ran): give paths in full, e.g. `. /opt/venvs/train/bin/activate`."),
+    "environment.python": ("Interpreter with torch on the nodes: a name looked up on their PATH after the setup "
+                           "lines, or a path; a relative path starts at the folder of the file that sets it."),
     "environment.env": "Environment variables exported to the training processes.",
     "expect": "Preflight thresholds: what every node must have.",
     "expect.gpus_per_node": "GPUs nvidia-smi must list (gpu.count).",
@@ -328,7 +339,11 @@ DESCRIPTIONS: dict[str, str] = {
     "job.args": "The script's arguments.",
     "job.workdir": "Working directory of the job (--chdir).",
     "job.output": "Output file (--output), e.g. logs/%x-%j.out.",
-    "job.env": "Environment variables, merged over the profile's environment.env.",
+    "job.env": "Environment variables, merged over the profile's environment.env (and this job's).",
+    "job.environment": ("Overrides of the profile's environment, deep-merged (the job wins): python, setup "
+                        "and modules replace the profile's, env is merged key by key."),
+    "job.environment.python": ("Interpreter with torch on the nodes; a relative path starts at workdir when "
+                               "the job sets one, else at this file's folder."),
     "job.nccl": "Overrides of the profile's network keys, plus debug (NCCL_DEBUG).",
     "job.nccl.debug": "NCCL_DEBUG: VERSION, WARN, INFO or TRACE.",
     "job.preflight": "Check every allocated node inside the job before training starts.",
@@ -346,7 +361,7 @@ def describe(kind: str, path: str) -> str | None:
         candidates = ["job." + path if path else "job"]
         if head == "nccl" and rest:
             candidates.append("network." + rest)
-        elif head == "slurm" and rest:
+        elif head in ("slurm", "environment") and rest:
             candidates.append(path)
     else:
         candidates = [path]

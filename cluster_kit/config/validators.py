@@ -121,6 +121,22 @@ def text() -> Check:
     return Rule(check, {"type": "string", "pattern": r"^[^\n\u0000]*\S[^\n\u0000]*$"})
 
 
+def interpreter() -> Check:
+    """environment.python: a command name looked up on the nodes' PATH, or a path to one.
+
+    `~` is refused: the job passes the value quoted, so nothing would expand it.
+    """
+    def check(value: Any) -> str | None:
+        problem = text()(value)
+        if problem:
+            return problem
+        if value.startswith("~"):
+            return (f"{_quoted(value)} starts with ~, which the job does not expand (the value is "
+                    "quoted); write the full path, e.g. /home/alice/venv/bin/python")
+        return None
+    return Rule(check, {"type": "string", "pattern": r"^(?!~)[^\n\u0000]*\S[^\n\u0000]*$"})
+
+
 @dataclass(frozen=True)
 class Charset:
     """A safe character set for one kind of value, with words for the fix."""

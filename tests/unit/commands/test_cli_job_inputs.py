@@ -164,3 +164,84 @@ def test_without_a_hostlist_in_the_profile_the_node_count_is_left_to_slurm(work:
     job = job_file(work, f"profile: {profile}\nscript: train.py\nnodes: 300\n")
     done = ck("validate", str(job))
     assert done.exit_code == 0, done.stderr
+
+
+# ---------------------------------------------------------------- 3. the job's own environment
+
+def profile_with_setup(folder: Path) -> Path:
+    path = folder / "profiles" / "venv-profile.yaml"
+    path.parent.mkdir()
+    path.write_text(f"extends: {LOCAL_DEV}\nenvironment:\n  python: python3\n"
+                    "  setup: ['. /opt/profile-venv/bin/activate']\n  env: {FROM_PROFILE: p, SHARED: p}\n")
+    return path
+
+
+def task_python(script: str) -> str:
+    """The interpreter the srun line starts (the word after `clusterkit-task`)."""
+    line = next(line for line in script.splitlines() if line.lstrip().startswith("clusterkit-task "))
+    return line.split()[1]
+
+
+def test_the_job_files_environment_overrides_the_profiles(work: Path) -> None:
+    profile = profile_with_setup(work)
+    job = job_file(work, f"profile: {profile}\nscript: train.py\nnodes: 2\n"
+                         "environment:\n  python: /opt/job-venv/bin/python\n"
+                         "  setup: ['. /opt/job-venv/bin/activate']\n  env: {SHARED: e, FROM_ENVIRONMENT: e}\n"
+                         "env: {FROM_ENVIRONMENT: top}\n")
+    assert ck("validate", str(job)).exit_code == 0
+    script = rendered(job)
+    assert ". /opt/job-venv/bin/activate" in script.splitlines()
+    assert "/opt/profile-venv" not in script                     # setup lines replace the profile's
+    assert task_python(script) == "/opt/job-venv/bin/python"
+    exports = [line for line in script.splitlines() if line.startswith("export ")]
+    assert "export FROM_PROFILE=p" in exports and "export SHARED=e" in exports
+    assert "export FROM_ENVIRONMENT=top" in exports               # the top-level env: wins
+    assert_shell_clean(script, work)
+
+
+def test_a_job_setting_only_its_python_keeps_the_profiles_setup_lines(work: Path) -> None:
+    profile = profile_with_setup(work)
+    script = rendered(job_file(work, f"profile: {profile}\nscript: train.py\nnodes: 1\n"
+                                     "environment: {python: /opt/job-venv/bin/python}\n"))
+    assert ". /opt/profile-venv/bin/activate" in script.splitlines()
+    assert task_python(script) == "/opt/job-venv/bin/python"
+
+
+def test_relative_pythons_start_at_the_file_that_sets_them(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job's at the job file's folder (the workdir when it has one), the profile's at
+    the profile's folder; wherever render runs from."""
+    profile = work / "profiles" / "rel.yaml"
+    profile.parent.mkdir()
+    profile.write_text(f"extends: {LOCAL_DEV}\nenvironment: {{python: ../venvs/p/bin/python}}\n")
+    jobs = work / "jobs"
+    jobs.mkdir()
+    by_profile = job_file(jobs, f"profile: {profile}\nscript: train.py\nnodes: 1\n")
+    elsewhere = work / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert task_python(rendered(by_profile)) == f"{work}/venvs/p/bin/python"
+    by_job = by_profile.with_name("own.yaml")
+    by_job.write_text(by_profile.read_text() + "environment: {python: .venv/bin/python}\n")
+    assert task_python(rendered(by_job)) == f"{jobs}/.venv/bin/python"
+    in_workdir = by_profile.with_name("workdir.yaml")
+    in_workdir.write_text(by_job.read_text() + f"workdir: {jobs}\n")
+    assert task_python(rendered(in_workdir)) == ".venv/bin/python"  # the job starts in its workdir
+
+
+def test_a_python_under_tilde_is_refused_at_its_line(work: Path) -> None:
+    job = job_file(work, "profile: local-dev\nscript: train.py\nenvironment:\n  python: ~/venv/bin/python\n")
+    done = ck("validate", str(job))
+    assert done.exit_code == 2
+    assert done.stderr.splitlines()[0] == (
+        f"{job}:4: environment.python: '~/venv/bin/python' starts with ~, which the job does not expand "
+        "(the value is quoted); write the full path, e.g. /home/alice/venv/bin/python")
+
+
+def test_the_schema_has_the_jobs_environment_and_cpu_jobs(work: Path) -> None:
+    import json
+
+    schema = json.loads(ck("schema", "job").stdout)
+    environment = schema["properties"]["environment"]
+    assert sorted(environment["properties"]) == ["env", "modules", "python", "setup"]
+    assert environment["additionalProperties"] is False
+    assert {"type": "integer", "minimum": 0} in schema["properties"]["gpus_per_node"]["anyOf"]

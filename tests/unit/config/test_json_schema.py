@@ -75,7 +75,7 @@ BAD_PROFILES = [
     "network: {nccl_env: {NCCL_IB_TIMOUT: 22}}", "network: {nccl_env: {NCCL_IB_HCA: x}}",
     "network: {nccl_env: {NCCL_IB_TC: true}}", "environment: {env: {9LIVES: x}}",
     "environment: {env: {BAD: \"two\\nlines\"}}", "environment: {modules: cuda}",
-    "environment: {python: ''}", "expect: {min_driver: 535.40}", "expect: {nccl: at least 2.18}",
+    "environment: {python: ''}", "environment: {python: ~/venv/bin/python}", "expect: {min_driver: 535.40}", "expect: {nccl: at least 2.18}",
     "expect: {memlock: lots}", "expect: {peermem: yes please}", "expect: {gpus_per_node: 0}",
     "expect: {ib_rate_gbps: 0}", "expect: {gpu_model: 5}",
 ]
@@ -83,7 +83,8 @@ BAD_JOBS = [
     "nodes: 0", "launcher: mpirun", "time: 90:00:00:00", "output: logs/$(id).out",
     "env: {9LIVES: x}", "nccl: {debug: LOUD}", "nccl: {ib_timeout: 40}", "nccl: {colour: red}",
     "slurm: {job-name: other}", "args: [[1]]", "preflight: maybe", "master_port: 80",
-    "template: ''", "unknown: 1", "gpus_per_node: -8",
+    "template: ''", "unknown: 1", "gpus_per_node: -8", "environment: {python: ~/venv/bin/python}",
+    "environment: {colour: red}", "environment: {setup: '. venv/bin/activate'}",
 ]
 
 
