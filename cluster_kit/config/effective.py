@@ -108,8 +108,11 @@ CPU_JOB_DROPPED_EXPECT = ("gpus_per_node", "gpu_model", "min_driver", "xid_windo
 
 
 def cpu_job_expect(expect: Mapping[str, Any]) -> dict[str, Any]:
-    """The profile's `expect` for a job with `gpus_per_node: 0`: nothing about GPUs."""
-    return {key: None if key in CPU_JOB_DROPPED_EXPECT else value for key, value in expect.items()}
+    """The profile's `expect` for a job with `gpus_per_node: 0`: nothing about GPUs, and
+    a torch without CUDA will do."""
+    out = {key: None if key in CPU_JOB_DROPPED_EXPECT else value for key, value in expect.items()}
+    out["torch_cuda"] = False
+    return out
 
 
 def _sbatch_extra(slurm: Mapping[str, Any]) -> dict[str, str | None]:

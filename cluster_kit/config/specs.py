@@ -186,6 +186,7 @@ EXPECT = Section({
     "memlock": Field(memlock()),
     "allreduce_busbw_gbps": Field(positive_number()),
     "xid_window": Field(duration_window()),
+    "torch_cuda": Field(boolean()),
     # Counter names as the kernel's /sys/class/infiniband/<hca>/ports/<p>/counters/ files;
     # unset ones keep the defaults of cluster_kit.checks.rdma_errors.
     "ib_error_thresholds": Section({name: Field(integer(lo=0)) for name in (
@@ -313,6 +314,8 @@ DESCRIPTIONS: dict[str, str] = {
     "expect.ib_rate_gbps": "Lowest link rate of the listed ports in Gb/s (rdma.link_rate).",
     "expect.peermem": "nvidia_peermem or nv_peer_mem must be loaded (rdma.peermem).",
     "expect.memlock": "Lowest RLIMIT_MEMLOCK: unlimited or a size such as 8M, 64G; a bare number is KiB (sys.memlock).",
+    "expect.torch_cuda": ("nccl.torch: false accepts a torch that imports without CUDA or NCCL (a CPU "
+                          "cluster, fake GPUs); unset or true: a CUDA build that sees the GPUs."),
     "expect.allreduce_busbw_gbps": "`bench allreduce` fails below this bus bandwidth (GB/s, large messages).",
     "job.container": "Run every srun step of the job inside this image (pyxis/enroot or Apptainer).",
     "job.container.image": "A .sqsh/.sif path on the nodes, or [USER@][REGISTRY#]IMAGE[:TAG] for pyxis.",

@@ -112,13 +112,19 @@ def test_the_in_job_preflight_of_a_cpu_job_expects_no_gpus(work: Path) -> None:
     """local-dev expects 4 GPUs and peermem of every node; a CPU job checks neither."""
     from cluster_kit.checks import evaluate
 
-    no_gpus = {"gpu": {"status": "absent", "error": "nvidia-smi not found on PATH"},
-               "peermem": {"status": "ok", "nvidia_peermem": False, "nv_peer_mem": False}}
-    settings = _effective(job_file(work, CPU_JOB))
-    ids = {finding.id for finding in evaluate(no_gpus, settings) if finding.status == "fail"}
-    assert not {"gpu.count", "gpu.model", "gpu.driver", "rdma.peermem", "nccl.library"} & ids, ids
-    gpu_job = _effective(job_file(work, CPU_JOB.replace("gpus_per_node: 0", "gpus_per_node: 2")))
-    assert {"gpu.count", "rdma.peermem"} <= {f.id for f in evaluate(no_gpus, gpu_job) if f.status == "fail"}
+    cpu_torch = {"status": "ok", "python": "python3", "version": "2.13.0+cpu", "cuda": None,
+                 "cuda_available": False, "device_count": 0, "nccl": None, "distributed_nccl": False}
+    no_gpus = {"gpu": {"status": "absent", "error": "nvidia-smi not found on PATH"}, "slurm_node": "n1",
+               "peermem": {"status": "ok", "nvidia_peermem": False, "nv_peer_mem": False}, "torch": cpu_torch}
+    profile = work / "gpu-torch.yaml"  # local-dev, but demanding a CUDA torch as real clusters do
+    profile.write_text(f"extends: {LOCAL_DEV}\nexpect: {{torch_cuda: true}}\n")
+    settings = _effective(job_file(work, CPU_JOB.replace("local-dev", str(profile))))
+    ids = {finding.id for finding in evaluate(no_gpus, settings, deep=True) if finding.status == "fail"}
+    assert not {"gpu.count", "gpu.model", "gpu.driver", "rdma.peermem", "nccl.library", "nccl.torch"} & ids, ids
+    gpu_job = _effective(job_file(work, CPU_JOB.replace("gpus_per_node: 0", "gpus_per_node: 2")
+                                  .replace("local-dev", str(profile))))
+    failed = {f.id for f in evaluate(no_gpus, gpu_job, deep=True) if f.status == "fail"}
+    assert {"gpu.count", "rdma.peermem", "nccl.torch"} <= failed
 
 
 def _effective(job: Path) -> dict:
@@ -245,3 +251,20 @@ def test_the_schema_has_the_jobs_environment_and_cpu_jobs(work: Path) -> None:
     assert sorted(environment["properties"]) == ["env", "modules", "python", "setup"]
     assert environment["additionalProperties"] is False
     assert {"type": "integer", "minimum": 0} in schema["properties"]["gpus_per_node"]["anyOf"]
+
+
+# ---------------------------------------------------------------- 4. the shipped local-dev profile
+
+def test_local_dev_renders_the_same_python_from_any_folder(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its python is a full path (the dev cluster's venv) and its setup lines, if any,
+    name nothing relative: a job finds torch wherever it was submitted from."""
+    scripts = []
+    for folder in ("a", "b/c"):
+        where = work / folder
+        where.mkdir(parents=True)
+        monkeypatch.chdir(where)
+        scripts.append(rendered(job_file(where, "profile: local-dev\nscript: train.py\nnodes: 1\n")))
+    pythons = {task_python(script) for script in scripts}
+    assert pythons == {"/tmp/clusterkit-dev/venv/bin/python"}
+    for script in scripts:
+        assert ".venv/bin/activate" not in script
