@@ -160,3 +160,20 @@ def yaml_of(path: Path) -> dict[str, Any]:
     import yaml
 
     return dict(yaml.safe_load(path.read_text()))
+
+
+def test_a_cpu_job_on_a_gpu_profile_is_preflighted_without_gpus(dev_cluster: Any, tmp_path: Path) -> None:
+    """gpus_per_node: 0 on a profile expecting 8 GPUs per node (n1/n2 have 4): neither the
+    SSH preflight at submit nor the in-job one demands GPUs, and Slurm is asked for none."""
+    eight = write_yaml(tmp_path / "eight-gpus.yaml", {
+        "name": "eight-gpus", "extends": str(REPO / "profiles" / "local-dev.yaml"),
+        "expect": {"gpus_per_node": 8, "torch_cuda": True}})
+    job = write_yaml(tmp_path / "ck-pf-cpu.yaml", {
+        **yaml_of(write_job(tmp_path, "ck-pf-cpu", str(eight))), "gpus_per_node": 0})
+    rendered = clusterkit(dev_cluster, "render", str(job))
+    assert "gpus-per-node" not in rendered.stdout and "#SBATCH --ntasks-per-node=1\n" in rendered.stdout
+    code, log = submit_and_read(dev_cluster, start(dev_cluster, "submit", str(job), "--wait"))
+    assert code == 0, log
+    for status, *problems in verdict_lines(log).values():
+        assert status == "warn" and [p.split(":")[0] for p in problems] == ["net.socket_ifname"], log
+    assert sorted(rank_lines(log)) == [0, 1], log
