@@ -71,7 +71,8 @@ def verdicts(facts: dict, nodes: list, profile: dict) -> list:
         if node not in facts:
             out.append((node, "fail", ["probe.run: the probe printed nothing on this node"]))
             continue
-        findings = [f for f in evaluate(facts[node], profile) if f.status != "pass"]
+        # deep: the job's probe imported torch with the job's python (nccl.torch)
+        findings = [f for f in evaluate(facts[node], profile, deep=True) if f.status != "pass"]
         lines = [f"{f.id}: {with_fix(f.message, f.fix)}" for f in findings]
         out.append((node, node_status(findings), lines))
     return out

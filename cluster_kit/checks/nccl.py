@@ -84,17 +84,40 @@ def torch_fix(torch: Any) -> str:
     return "install a torch/NCCL build that matches expect.nccl"
 
 
+def import_fix(facts: Facts, environment: Any) -> str:
+    """What to do when environment.python cannot import torch, naming the python and the
+    setup lines: inside a job (the probe saw SLURMD_NODENAME) they ran before it; over
+    SSH they did not, so a python that needs them must be given by its full path."""
+    python = environment.get("python") or "python3"
+    setup = [str(line) for line in environment.get("setup") or []]
+    lines = "; ".join(f"`{line}`" for line in setup)
+    install = f"or install torch for {python}"
+    if facts.get("slurm_node"):
+        ran = f"after its environment.setup lines ({lines})" if setup else "with no environment.setup lines"
+        return (f"the job ran {python} {ran}: set environment.python to the interpreter that has torch "
+                f"(a full path, e.g. /opt/venvs/train/bin/python), fix the setup lines so that {python} "
+                f"finds it, {install} (a job file may set its own environment:)")
+    skipped = f" without environment.setup ({lines})" if setup else ""
+    return (f"preflight runs {python} over SSH{skipped}: set environment.python to the full path of the "
+            f"interpreter that has torch (e.g. /opt/venvs/train/bin/python), {install}")
+
+
 def check_torch(facts: Facts, profile: Profile) -> Finding:
-    """nccl.torch: environment.python imports torch, and torch has CUDA and NCCL."""
+    """nccl.torch: environment.python imports torch, and (unless expect.torch_cuda is false)
+    torch has CUDA and NCCL."""
     torch = section(facts, "torch")
-    python = settings(profile, "environment").get("python") or "python3"
+    environment = settings(profile, "environment")
+    python = environment.get("python") or "python3"
     if torch.get("status") == "skipped":
         return warned("nccl.torch", "the probe did not import torch (it ran without --deep)",
                       "run preflight with --deep")
     problem = section_problem(facts, "torch")
     if problem is not None:
         return failed("nccl.torch", f"environment.python ({python}) cannot import torch: {problem}",
-                      "set environment.python to the interpreter of the training environment, or install torch there")
+                      import_fix(facts, environment))
+    if settings(profile, "expect").get("torch_cuda") is False:
+        return passed("nccl.torch", f"torch {torch.get('version')} imports with {python} "
+                      "(expect.torch_cuda: false, so CUDA and NCCL are not required)")
     problems = torch_problems(torch, settings(profile, "expect"))
     if problems:
         return failed("nccl.torch", "; ".join(problems), torch_fix(torch))

@@ -29,10 +29,28 @@ def probe_nodes(nodes: list[str], fan_out: Any) -> tuple[dict[str, Any], list[tu
         _status, findings, node_facts = node_findings(result, {}, deep=False)
         if node_facts is None:
             finding = findings[0]
-            failed.append((result.host, f"{finding.status}: {finding.message}", finding.fix))
+            failed.append((result.host, f"{finding.status}: {finding.message}", init_fix(finding.fix)))
         else:
             facts[result.host] = node_facts
     return facts, failed
+
+
+def init_fix(fix: str) -> str:
+    """A fix worded for a profile's users, said for `init`, which has no profile yet."""
+    from cluster_kit.fleet.preflight import AUTH_FIX, REACH_FIX
+    from cluster_kit.ssh.known_hosts import ACCEPT_NEW_IN_PROFILE
+
+    said_for_init = {
+        ACCEPT_NEW_IN_PROFILE: ("rerun init with --accept-new (it records a new host's key on first use; "
+                                "a changed key is still refused)"),
+        AUTH_FIX: "check User and IdentityFile of the node in the ssh_config (--ssh-config, default ~/.ssh/config), "
+                  "or ssh-agent",
+        REACH_FIX: ("check that the node is up and sshd answers (HostName, ProxyJump and ConnectTimeout of the "
+                    "node in the ssh_config)"),
+    }
+    for profile_words, init_words in said_for_init.items():
+        fix = fix.replace(profile_words, init_words)
+    return fix
 
 
 def node_list(host: str, nodes_expr: str | None) -> list[str]:
@@ -95,9 +113,12 @@ def write_output(path: str, text: str, force: bool) -> None:
               help="ssh_config to resolve the nodes through (default ~/.ssh/config).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the profile here (default: stdout).")
 @click.option("--force", is_flag=True, help="Replace an existing -o file.")
+@click.option("--accept-new", is_flag=True,
+              help="Record the host key of a node not in known_hosts yet (as OpenSSH's "
+                   "StrictHostKeyChecking=accept-new); a changed key is still refused.")
 @pass_app
 def init(app: App, host: str, nodes_expr: str | None, ssh_config: str | None, output: str | None,
-         force: bool) -> None:
+         force: bool, accept_new: bool) -> None:
     """Probe live nodes over SSH and write the cluster profile they imply."""
     from cluster_kit.config.init_profile import (
         derive,
@@ -113,6 +134,8 @@ def init(app: App, host: str, nodes_expr: str | None, ssh_config: str | None, ou
     nodes = node_list(host, nodes_expr)
     config_file = os.path.abspath(ssh_config) if ssh_config else None
     ssh = {"config_file": config_file} if config_file else {}
+    if accept_new:
+        ssh["host_key_policy"] = "accept-new"
     facts, failed = probe_nodes(nodes, app.fan_out({"ssh": ssh}))
     for node, problem, fix in failed:
         click.echo(f"clusterkit: {node}: {problem}\n  fix: {fix}", err=True)
@@ -125,6 +148,7 @@ def init(app: App, host: str, nodes_expr: str | None, ssh_config: str | None, ou
     command = shlex.join(["clusterkit", "init", "--from-node", host]
                          + (["--nodes", nodes_expr] if nodes_expr else [])
                          + (["--ssh-config", ssh_config] if ssh_config else [])
+                         + (["--accept-new"] if accept_new else [])
                          + (["-o", output] if output else []))
     text = render_profile(derived, header(command, list(facts), derived.outliers))
     check_written(text, derived.data())

@@ -1,6 +1,7 @@
 """Commands about jobs: submit, status, cancel, logs."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import sys
@@ -136,7 +137,9 @@ def preflight_and_route(app: App, job: Any, settings: dict[str, Any], strict: bo
     from cluster_kit.report.preflight import preflight_table
 
     candidates = job_candidates(app, job, settings)
-    report, _facts = run_preflight_for(app, job.profile, candidates.nodes, deep=False)
+    # The job's own expectations: a job with gpus_per_node: 0 demands no GPUs of its nodes.
+    checked = dataclasses.replace(job.profile, data={**job.profile.data, "expect": settings["expect"]})
+    report, _facts = run_preflight_for(app, checked, candidates.nodes, deep=False)
     route = routing.plan_route(candidates, report, int(settings["nodes"]), strict,
                                expand_setting(settings["slurm"]["exclude"]))
     if route.refusal:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import posixpath
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from cluster_kit.config import specs, vocab
 from cluster_kit.config.launch import default_tasks_per_node
 from cluster_kit.config.search import _looks_like_path
+from cluster_kit.config.validators import asks_no_gpus
 from cluster_kit.render import jobscript
 from cluster_kit.slurm.builders import SBATCH_VALUE_KEYS
 
@@ -24,6 +26,8 @@ def effective(job: Job) -> dict[str, Any]:
 
     Job values win over the profile's: `gpus_per_node`, `time`, `slurm`, `nccl`
     (any network key, plus `debug`), `env` (merged over the profile's env).
+    `gpus_per_node: 0` asks for no GPUs: the profile's other GPU requests are
+    dropped and `expect` no longer demands GPUs (`cpu_job_expect`).
     """
     j, p = job.data, job.profile.data
     gpus = _first(j.get("gpus_per_node"), j["slurm"].get("gpus_per_node"),
@@ -43,10 +47,10 @@ def effective(job: Job) -> dict[str, Any]:
         "cuda_graphs": j["cuda_graphs"],
         "template": job_template(j["template"], job.path),
         "master_port": j["master_port"],
-        "slurm": _effective_slurm(p["slurm"], j["slurm"], j.get("time")),
+        "slurm": _effective_slurm(p["slurm"], j["slurm"], j.get("time"), asks_no_gpus(gpus)),
         "network": _effective_network(p["network"], j["nccl"]),
-        "environment": _effective_environment(p["environment"], j["env"]),
-        "expect": dict(p["expect"]),
+        "environment": _effective_environment(p["environment"], job_environment(job)),
+        "expect": cpu_job_expect(p["expect"]) if asks_no_gpus(gpus) else dict(p["expect"]),
         "container": j.get("container"),
     }
 
@@ -78,13 +82,36 @@ def _tasks_per_node(job: Mapping[str, Any], profile: Mapping[str, Any], gpus: An
 
 
 def _effective_slurm(profile: Mapping[str, Any], job: Mapping[str, Any],
-                     job_time: Any) -> dict[str, Any]:
+                     job_time: Any, no_gpus: bool) -> dict[str, Any]:
     out: dict[str, Any] = {key: _first(job.get(key), profile.get(key)) for key in _SLURM_KEYS}
     out["time"] = _first(job_time, job.get("time"), profile.get("time"))
     for key in ("mem", "time"):
         out[key] = None if out[key] is None else str(out[key])
     extra = {**_sbatch_extra(profile), **_sbatch_extra(job)}
+    if no_gpus:
+        extra = _without_gpu_requests(extra)
     out["extra"] = {option: value for option, value in extra.items() if value is not None}
+    return out
+
+
+def _without_gpu_requests(extra: Mapping[str, str | None]) -> dict[str, str | None]:
+    """Extra sbatch options without those that ask for GPUs (a job with gpus_per_node: 0)."""
+    out = {option: value for option, value in extra.items() if option not in vocab.GPU_SBATCH_OPTIONS}
+    if out.get("gres"):
+        out["gres"] = vocab.without_gpu_gres(str(out["gres"])) or None
+    return out
+
+
+# What a job without GPUs no longer expects of its nodes: the GPUs themselves, and
+# what only GPU traffic needs (GPUDirect RDMA, libnccl: a CPU job talks over Gloo).
+CPU_JOB_DROPPED_EXPECT = ("gpus_per_node", "gpu_model", "min_driver", "xid_window", "peermem", "nccl")
+
+
+def cpu_job_expect(expect: Mapping[str, Any]) -> dict[str, Any]:
+    """The profile's `expect` for a job with `gpus_per_node: 0`: nothing about GPUs, and
+    a torch without CUDA will do."""
+    out = {key: None if key in CPU_JOB_DROPPED_EXPECT else value for key, value in expect.items()}
+    out["torch_cuda"] = False
     return out
 
 
@@ -113,11 +140,34 @@ def _effective_network(profile: Mapping[str, Any], nccl: Mapping[str, Any]) -> d
     return out
 
 
-def _effective_environment(profile: Mapping[str, Any], job_env: Mapping[str, Any]) -> dict[str, Any]:
-    env = {**(profile.get("env") or {}), **job_env}
+def interpreter_path(python: str, start: str | None) -> str:
+    """`environment.python` as the job runs it: a name (python3) is looked up on the
+    nodes' PATH and an absolute path kept; a relative path (.venv/bin/python) starts at
+    `start`, or stays as written when `start` is None (the job starts in its workdir)."""
+    if "/" not in python or posixpath.isabs(python) or start is None:
+        return python
+    return posixpath.normpath(posixpath.join(start, python))
+
+
+def job_environment(job: Job) -> dict[str, Any]:
+    """The job file's `environment:` with its python resolved (as `script` is: relative
+    to the workdir when the job sets one, else to the job file's folder), and its
+    top-level `env:` merged over its `environment.env`."""
+    own = {key: value for key, value in (job.data.get("environment") or {}).items() if value is not None}
+    if own.get("python"):
+        start = None if job.data.get("workdir") else os.path.dirname(os.path.abspath(job.path))
+        own["python"] = interpreter_path(str(own["python"]), start)
+    own["env"] = {**(own.get("env") or {}), **(job.data.get("env") or {})}
+    return own
+
+
+def _effective_environment(profile: Mapping[str, Any], job: Mapping[str, Any]) -> dict[str, Any]:
+    """The profile's environment with the job's over it: lists and python replaced, env merged."""
+    merged = {**profile, **{key: value for key, value in job.items() if key != "env"}}
+    env = {**(profile.get("env") or {}), **job["env"]}
     return {
-        "modules": [str(m) for m in profile.get("modules") or []],
-        "setup": [str(s) for s in profile.get("setup") or []],
-        "python": profile.get("python") or "python3",
+        "modules": [str(m) for m in merged.get("modules") or []],
+        "setup": [str(s) for s in merged.get("setup") or []],
+        "python": merged.get("python") or "python3",
         "env": {name: str(value) for name, value in env.items()},
     }

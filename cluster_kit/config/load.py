@@ -1,13 +1,15 @@
 """Profile and job loading: extends chains, validation, cross-checks."""
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cluster_kit.config import spec, specs
+from cluster_kit.config import jobchecks, spec, specs
+from cluster_kit.config.effective import interpreter_path
 from cluster_kit.config.problems import Problems
 from cluster_kit.config.search import _same_file
 from cluster_kit.config.yamlfile import KeyPath, YamlDoc, YamlError, nearest
@@ -111,8 +113,19 @@ def _build_profile(chain: list[YamlDoc]) -> Profile:
     data = spec.with_defaults(merged, specs.PROFILE)
     data.pop("extends", None)
     data["name"] = merged.get("name") or leaf.path.stem
+    origins = _origins(chain, merged)
+    data["environment"]["python"] = _profile_python(data["environment"]["python"], origins)
     return Profile(name=data["name"], path=leaf.path, data=data,
-                   chain=[doc.path for doc in chain], origins=_origins(chain, merged))
+                   chain=[doc.path for doc in chain], origins=origins)
+
+
+def _profile_python(python: Any, origins: Mapping[KeyPath, str]) -> Any:
+    """A relative `environment.python` starts at the folder of the profile file that set it."""
+    where = origins.get(("environment", "python"))
+    if not isinstance(python, str) or where is None:
+        return python
+    folder = os.path.dirname(os.path.abspath(where.rpartition(":")[0]))
+    return interpreter_path(python, folder)
 
 
 def without_unset(value: Any) -> Any:
@@ -298,7 +311,7 @@ def _is_job_file(path: Path) -> bool:
 
 
 def _cross_check_job(job: Mapping[str, Any], profile: Profile | None) -> list[spec.Problem]:
-    """Problems that need the job and its profile together."""
+    """Problems that need the job and its profile together, or two keys of the job."""
     slurm = job.get("slurm")
     tasks = slurm.get("ntasks_per_node") if isinstance(slurm, dict) else None
     if job.get("launcher") == "torchrun" and isinstance(tasks, int) and tasks > 1:
@@ -306,7 +319,8 @@ def _cross_check_job(job: Mapping[str, Any], profile: Profile | None) -> list[sp
                    "torchrun agents per node; torchrun runs one task per node, so remove it "
                    "or use launcher: srun")
         return [(("slurm", "ntasks_per_node"), message)]
-    return _check_container(job.get("container"))
+    return [*jobchecks.check_node_count(job, profile), *jobchecks.check_gpu_requests(job),
+            *_check_container(job.get("container"))]
 
 
 def _check_container(container: Any) -> list[spec.Problem]:

@@ -26,6 +26,7 @@ from cluster_kit.config.validators import (
     hostlist,
     ib_hca,
     integer,
+    interpreter,
     memlock,
     nccl_name,
     nccl_value,
@@ -160,12 +161,19 @@ NETWORK_FIELDS: dict[str, Spec] = {
 }
 
 
-ENVIRONMENT = Section({
+ENVIRONMENT_FIELDS: dict[str, Spec] = {
     "modules": ListOf(Field(text())),
     "setup": ListOf(Field(text())),
-    "python": _str("python3"),
+    "python": Field(interpreter(), "python3"),
     "env": MapOf(env_name(), Field(env_value())),
-})
+}
+
+
+ENVIRONMENT = Section(ENVIRONMENT_FIELDS)
+
+
+# A job's own environment: only what it names overrides the profile's.
+JOB_ENVIRONMENT = Section({**ENVIRONMENT_FIELDS, "python": Field(interpreter())}, fill=False)
 
 
 EXPECT = Section({
@@ -178,6 +186,7 @@ EXPECT = Section({
     "memlock": Field(memlock()),
     "allreduce_busbw_gbps": Field(positive_number()),
     "xid_window": Field(duration_window()),
+    "torch_cuda": Field(boolean()),
     # Counter names as the kernel's /sys/class/infiniband/<hca>/ports/<p>/counters/ files;
     # unset ones keep the defaults of cluster_kit.checks.rdma_errors.
     "ib_error_thresholds": Section({name: Field(integer(lo=0)) for name in (
@@ -230,6 +239,7 @@ JOB = Section({
     "workdir": Field(sbatch_text(PATH_CHARS)),
     "output": Field(sbatch_text(PATH_CHARS)),
     "env": MapOf(env_name(), Field(env_value())),
+    "environment": JOB_ENVIRONMENT,
     "nccl": JOB_NCCL,
     "preflight": Field(boolean(), True),
     "cuda_graphs": Field(boolean(), False),
@@ -275,8 +285,8 @@ DESCRIPTIONS: dict[str, str] = {
     "slurm.account": "--account.",
     "slurm.qos": "--qos.",
     "slurm.constraint": "--constraint (node features joined with & | , ...).",
-    "slurm.gpus_per_node": "--gpus-per-node: a count, or type:count such as h100:8.",
-    "slurm.ntasks_per_node": "--ntasks-per-node; default: gpus_per_node with srun, 1 with torchrun.",
+    "slurm.gpus_per_node": "--gpus-per-node: a count, or type:count such as h100:8; 0: no GPU request (a CPU job).",
+    "slurm.ntasks_per_node": "--ntasks-per-node; default: gpus_per_node with srun (1 when it is 0 or unset), 1 with torchrun.",
     "slurm.cpus_per_task": "--cpus-per-task.",
     "slurm.mem": "--mem: megabytes, or a size such as 500M, 64G (0 = all of the node's memory).",
     "slurm.time": "--time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED (quote it).",
@@ -291,8 +301,10 @@ DESCRIPTIONS: dict[str, str] = {
     "network.nccl_env": "More NCCL_* variables; names are checked against NCCL's documented list.",
     "environment": "What the job script sets up before training.",
     "environment.modules": "`module load` lines.",
-    "environment.setup": "Shell lines run before training, e.g. activating a virtual environment.",
-    "environment.python": "Interpreter with torch on the nodes.",
+    "environment.setup": ("Shell lines run before training, verbatim, in the job's working directory (workdir, "
+                          "else where sbatch ran): give paths in full, e.g. `. /opt/venvs/train/bin/activate`."),
+    "environment.python": ("Interpreter with torch on the nodes: a name looked up on their PATH after the setup "
+                           "lines, or a path; a relative path starts at the folder of the file that sets it."),
     "environment.env": "Environment variables exported to the training processes.",
     "expect": "Preflight thresholds: what every node must have.",
     "expect.gpus_per_node": "GPUs nvidia-smi must list (gpu.count).",
@@ -302,6 +314,8 @@ DESCRIPTIONS: dict[str, str] = {
     "expect.ib_rate_gbps": "Lowest link rate of the listed ports in Gb/s (rdma.link_rate).",
     "expect.peermem": "nvidia_peermem or nv_peer_mem must be loaded (rdma.peermem).",
     "expect.memlock": "Lowest RLIMIT_MEMLOCK: unlimited or a size such as 8M, 64G; a bare number is KiB (sys.memlock).",
+    "expect.torch_cuda": ("nccl.torch: false accepts a torch that imports without CUDA or NCCL (a CPU "
+                          "cluster, fake GPUs); unset or true: a CUDA build that sees the GPUs."),
     "expect.allreduce_busbw_gbps": "`bench allreduce` fails below this bus bandwidth (GB/s, large messages).",
     "job.container": "Run every srun step of the job inside this image (pyxis/enroot or Apptainer).",
     "job.container.image": "A .sqsh/.sif path on the nodes, or [USER@][REGISTRY#]IMAGE[:TAG] for pyxis.",
@@ -321,14 +335,18 @@ DESCRIPTIONS: dict[str, str] = {
     "job.name": "Job name (--job-name); defaults to the file name.",
     "job.profile": "Cluster profile: a name on the search path, or a path to a .yaml.",
     "job.nodes": "Number of nodes.",
-    "job.gpus_per_node": "GPUs per node; overrides the profile's slurm.gpus_per_node.",
+    "job.gpus_per_node": "GPUs per node; overrides the profile's slurm.gpus_per_node. 0: a CPU job (no GPU request, one srun task per node unless slurm.ntasks_per_node says otherwise, no GPU expectations).",
     "job.time": "Time limit; overrides the profile's slurm.time.",
     "job.launcher": "srun (one task per GPU) | torchrun (one task per node).",
     "job.script": "The training script, relative to workdir (else to this file's folder).",
     "job.args": "The script's arguments.",
     "job.workdir": "Working directory of the job (--chdir).",
     "job.output": "Output file (--output), e.g. logs/%x-%j.out.",
-    "job.env": "Environment variables, merged over the profile's environment.env.",
+    "job.env": "Environment variables, merged over the profile's environment.env (and this job's).",
+    "job.environment": ("Overrides of the profile's environment, deep-merged (the job wins): python, setup "
+                        "and modules replace the profile's, env is merged key by key."),
+    "job.environment.python": ("Interpreter with torch on the nodes; a relative path starts at workdir when "
+                               "the job sets one, else at this file's folder."),
     "job.nccl": "Overrides of the profile's network keys, plus debug (NCCL_DEBUG).",
     "job.nccl.debug": "NCCL_DEBUG: VERSION, WARN, INFO or TRACE.",
     "job.preflight": "Check every allocated node inside the job before training starts.",
@@ -346,7 +364,7 @@ def describe(kind: str, path: str) -> str | None:
         candidates = ["job." + path if path else "job"]
         if head == "nccl" and rest:
             candidates.append("network." + rest)
-        elif head == "slurm" and rest:
+        elif head in ("slurm", "environment") and rest:
             candidates.append(path)
     else:
         candidates = [path]

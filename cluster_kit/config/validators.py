@@ -50,20 +50,29 @@ def positive_int() -> Check:
 
 
 def gpus() -> Check:
-    """GPUs per node: a count, or `type:count` as sbatch accepts (h100:8)."""
+    """GPUs per node: a count (0: no GPU request, a CPU job), or `type:count` as sbatch
+    accepts (h100:8)."""
     def check(value: Any) -> str | None:
-        if _is_int(value) and value >= 1:
+        if _is_int(value) and value >= 0:
             return None
         if isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9_.-]+:[1-9]\d*", value):
             return None
-        return f"{_shown(value)} is not a GPU count; use a number such as 8, or type:count such as h100:8"
-    return Rule(check, {"anyOf": [{"type": "integer", "minimum": 1},
+        if _is_int(value):
+            return f"{value} is below 0; use 0 for a job without GPUs, or a number such as 8"
+        return (f"{_shown(value)} is not a GPU count; use a number such as 8 (0 for a job without "
+                "GPUs), or type:count such as h100:8")
+    return Rule(check, {"anyOf": [{"type": "integer", "minimum": 0},
                                   {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+:[1-9][0-9]*$"}]})
 
 
 def gpu_count(value: Any) -> int:
-    """8 or "h100:8" -> 8 (sbatch accepts a type prefix on --gpus-per-node)."""
-    return int(str(value).rsplit(":", 1)[-1])
+    """8 or "h100:8" -> 8 (sbatch accepts a type prefix on --gpus-per-node); unset -> 0."""
+    return 0 if value is None else int(str(value).rsplit(":", 1)[-1])
+
+
+def asks_no_gpus(value: Any) -> bool:
+    """`gpus_per_node: 0`: the job asks Slurm for no GPUs (unset is the profile's business)."""
+    return _is_int(value) and value == 0
 
 
 def positive_number() -> Check:
@@ -110,6 +119,22 @@ def text() -> Check:
         return "expected a non-empty string" if isinstance(value, str) \
             else f"expected a string, got {_got(value)}"
     return Rule(check, {"type": "string", "pattern": r"^[^\n\u0000]*\S[^\n\u0000]*$"})
+
+
+def interpreter() -> Check:
+    """environment.python: a command name looked up on the nodes' PATH, or a path to one.
+
+    `~` is refused: the job passes the value quoted, so nothing would expand it.
+    """
+    def check(value: Any) -> str | None:
+        problem = text()(value)
+        if problem:
+            return problem
+        if value.startswith("~"):
+            return (f"{_quoted(value)} starts with ~, which the job does not expand (the value is "
+                    "quoted); write the full path, e.g. /home/alice/venv/bin/python")
+        return None
+    return Rule(check, {"type": "string", "pattern": r"^(?!~)[^\n\u0000]*\S[^\n\u0000]*$"})
 
 
 @dataclass(frozen=True)

@@ -97,3 +97,14 @@ SBATCH_MANAGED = {
 def sbatch_option(key: str) -> str:
     """The sbatch spelling of a YAML key: mail_type -> mail-type."""
     return key.replace("_", "-")
+
+
+# Options that ask Slurm for GPUs besides --gpus-per-node: a job with `gpus_per_node: 0`
+# drops the profile's (a `gres` keeps its other resources) and may not set them itself.
+GPU_SBATCH_OPTIONS = frozenset(("gpus", "gpus-per-socket", "gpus-per-task", "gpu-bind", "gpu-freq",
+                                "cpus-per-gpu", "mem-per-gpu", "ntasks-per-gpu"))
+
+
+def without_gpu_gres(gres: str) -> str:
+    """`gpu:4,nvme:1` -> `nvme:1`: a --gres value without its GPU resources ("" if none left)."""
+    return ",".join(part for part in gres.split(",") if part.strip().split(":", 1)[0] != "gpu")

@@ -79,8 +79,13 @@ def _reach_fix(error: str, host: str) -> str:
     if "host key" in error.lower():
         return "verify the node's host key out of band, then add it to known_hosts"
     if "auth" in error.lower():
-        return "check ssh.user and ssh.identity_file (or ssh-agent) in the profile"
-    return "check that the node is up and sshd answers (ssh.connect_timeout, ssh.proxy_jump)"
+        return AUTH_FIX
+    return REACH_FIX
+
+
+# Fixes that name the profile's keys; a command without a profile (init) says its own.
+AUTH_FIX = "check ssh.user and ssh.identity_file (or ssh-agent) in the profile"
+REACH_FIX = "check that the node is up and sshd answers (ssh.connect_timeout, ssh.proxy_jump)"
 
 
 def node_entry(result: Any, profile: dict[str, Any], deep: bool) -> tuple[dict[str, Any], dict | None]:

@@ -202,7 +202,9 @@ def _embedded_sources(settings: Mapping[str, Any]) -> dict[str, str]:
     from cluster_kit.checks.injob import checks_source
     from cluster_kit.fleet.preflight import probe_source
 
-    checked = {"name": settings["profile_name"], "network": settings["network"], "expect": settings["expect"]}
+    environment = settings["environment"]
+    checked = {"name": settings["profile_name"], "network": settings["network"], "expect": settings["expect"],
+               "environment": {"python": environment["python"], "setup": environment["setup"]}}
     return {"probe_source": probe_source(), "checks_source": checks_source(checked)}
 
 

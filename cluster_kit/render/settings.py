@@ -80,7 +80,7 @@ def sbatch_directives(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("job-name", settings.get("name")),
         ("nodes", settings.get("nodes")),
         ("ntasks-per-node", shape.tasks_per_node),
-        ("gpus-per-node", settings.get("gpus_per_node")),
+        ("gpus-per-node", settings.get("gpus_per_node") or None),  # 0: no GPU request at all
     ]
     # cpus-per-task is the shape's: a torchrun task holds the CPUs of all its workers
     pairs += [(key.replace("_", "-"), shape.cpus_per_task if key == "cpus_per_task" else slurm.get(key))

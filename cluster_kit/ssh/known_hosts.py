@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import os
 import re
+import shlex
 import stat
 import threading
 from collections.abc import Iterable
@@ -344,13 +345,19 @@ def problem_fix(verdict: Verdict, name: str, files: KnownHosts, hostname: str, p
         path = entry.origin.rpartition(":")[0]
         return (f"verify the new fingerprint out of band, then replace the old key: "
                 f"`ssh-keygen -R '{name}' -f {path}` and `{_keyscan_command(name, hostname, port, path)}`")
-    return (f"verify that fingerprint out of band, then run `{scan}`, "
-            "or set `host_key_policy: accept-new` in the profile's ssh section")
+    return f"verify that fingerprint out of band, then run `{scan}`, or {ACCEPT_NEW_IN_PROFILE}"
+
+
+# The other way to trust a new host: a command without a profile (init) says its own.
+ACCEPT_NEW_IN_PROFILE = "set `host_key_policy: accept-new` in the profile's ssh section"
 
 
 def _keyscan_command(name: str, hostname: str, port: int, record_file: str) -> str:
+    """The line that records the host's key; it creates the file's folder when that is missing."""
     port_option = f" -p {port}" if port != 22 else ""
     scan = f"ssh-keyscan{port_option} {hostname}"
+    folder = os.path.dirname(record_file)
+    mkdir = f"mkdir -p -m 700 {shlex.quote(folder)} && " if folder and not os.path.isdir(folder) else ""
     if name != lookup_name(hostname, port):  # HostKeyAlias: file it under the alias
-        return f"{scan} | sed 's/^[^ ]*/{name}/' >> {record_file}"
-    return f"ssh-keyscan -H{port_option} {hostname} >> {record_file}"
+        return f"{mkdir}{scan} | sed 's/^[^ ]*/{name}/' >> {record_file}"
+    return f"{mkdir}ssh-keyscan -H{port_option} {hostname} >> {record_file}"

@@ -72,7 +72,8 @@ def container_job(tmp_path: Path, name: str, image: Path, **keys: Any) -> Path:
         "network": {"fabric": "ethernet", "socket_ifname": "lo"},
         "environment": {"python": str(REPO / ".venv" / "bin" / "python"), "env": {"OMP_NUM_THREADS": "1"}},
     })
-    job = {"name": name, "profile": str(profile), "nodes": 2, "launcher": "srun",
+    # gpus_per_node 0: a CPU job (the in-job preflight then accepts the CPU build of torch)
+    job = {"name": name, "profile": str(profile), "nodes": 2, "gpus_per_node": 0, "launcher": "srun",
            "script": str(REPO / "examples" / "train_ddp.py"), "args": ["--steps", "3"],
            "output": f"{tmp_path}/%x-%j.out", "preflight": True,
            "slurm": {"ntasks_per_node": 2},

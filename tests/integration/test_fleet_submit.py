@@ -49,9 +49,13 @@ def broken_n2(dev_cluster: Any) -> Iterator[None]:
         yield
 
 
-def ib_profile(dev_cluster: Any, folder: Path, **extra: Any) -> Path:
+def ib_profile(dev_cluster: Any, folder: Path, listed: bool = True, **extra: Any) -> Path:
+    """The dev cluster's nodes over InfiniBand; `listed=False` leaves out the `nodes`
+    hostlist, so the nodes come from sinfo and only Slurm knows how many there are."""
     profile = cpu_profile(dev_cluster, name="ck-fleet",
                           network={"fabric": "infiniband", "ib_hca": ["mlx5_0:1"]}, **extra)
+    if not listed:
+        del profile["nodes"]
     return write_yaml(folder / "ck-fleet.yaml", profile)
 
 
@@ -117,7 +121,7 @@ def test_strict_refuses_a_job_that_would_fit(dev_cluster: Any, folder: Path, bro
 
 def test_a_job_larger_than_the_partition_exits_3_and_leaves_nothing_pending(
         dev_cluster: Any, folder: Path) -> None:
-    job = job_file(folder, ib_profile(dev_cluster, folder), "ck-never", nodes=3)
+    job = job_file(folder, ib_profile(dev_cluster, folder, listed=False), "ck-never", nodes=3)
     began = time.monotonic()
     done = clusterkit(dev_cluster, "submit", str(job), "--wait", timeout=TIMEOUT)
     took = time.monotonic() - began
@@ -133,7 +137,7 @@ def test_a_job_larger_than_the_partition_exits_3_and_leaves_nothing_pending(
 
 
 def test_without_wait_the_never_starting_job_is_exit_3_named_and_cancelled(dev_cluster: Any, folder: Path) -> None:
-    job = job_file(folder, ib_profile(dev_cluster, folder), "ck-never-nowait", nodes=3)
+    job = job_file(folder, ib_profile(dev_cluster, folder, listed=False), "ck-never-nowait", nodes=3)
     done = clusterkit(dev_cluster, "submit", str(job), "--no-preflight", timeout=TIMEOUT)
     job_id = done.stdout.strip()
     try:

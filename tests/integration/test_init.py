@@ -7,13 +7,15 @@ docs/dev-cluster.md describes each node's fake hardware.
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from jobcli import clusterkit
+from jobcli import cli_env, clusterkit
 
 pytestmark = pytest.mark.integration
 
@@ -139,3 +141,51 @@ def test_the_slurm_nodes_agree_and_their_profile_passes_on_both(dev_cluster: Any
     report, code = preflight(dev_cluster, out)
     assert code == 0, report
     assert report["summary"]["pass"] == 2
+
+
+def fresh_home(dev_cluster: Any, tmp_path: Path) -> tuple[dict[str, str], Path, Path]:
+    """As a new user met it: a HOME without ~/.ssh, and an ssh_config that reaches ib-ok
+    without naming a known_hosts file (so the key is looked for in ~/.ssh/known_hosts)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host ib-ok\n    User {dev_cluster.user}\n    IdentityFile {dev_cluster.ssh_key}\n")
+    return cli_env(dev_cluster, HOME=str(home)), home, config
+
+
+def init_as(dev_cluster: Any, env: dict[str, str], config: Path, out: Path, *extra: str) -> Any:
+    done = clusterkit(dev_cluster, "init", "--from-node", "ib-ok", "--ssh-config", str(config), "-o", str(out),
+                      *extra, env=env, cwd=out.parent, timeout=CLI_TIMEOUT)
+    assert "Traceback" not in done.stderr + done.stdout, done.stderr
+    return done
+
+
+def test_an_unknown_host_keys_fix_is_one_init_can_follow(dev_cluster: Any, tmp_path: Path) -> None:
+    env, home, config = fresh_home(dev_cluster, tmp_path)
+    out = tmp_path / "p.yaml"
+    done = init_as(dev_cluster, env, config, out)
+    assert done.returncode == 1 and not out.exists()
+    fixes = re.findall(r"fix: (.*)", done.stderr)
+    assert fixes, done.stderr
+    for fix in fixes:
+        assert "profile" not in fix, fix  # there is no profile yet
+        assert "rerun init with --accept-new" in fix, fix
+    keyscan = re.search(r"`(mkdir [^`]*)`", fixes[0])
+    assert keyscan is not None, fixes[0]
+    assert keyscan.group(1) == f"mkdir -p -m 700 {home}/.ssh && ssh-keyscan -H ib-ok >> {home}/.ssh/known_hosts"
+    subprocess.run(["bash", "-c", keyscan.group(1)], check=True, capture_output=True, timeout=30)
+    again = init_as(dev_cluster, env, config, out)
+    assert again.returncode == 0, again.stderr
+    assert yaml.safe_load(out.read_text())["nodes"] == "ib-ok"
+
+
+def test_accept_new_records_the_key_and_init_goes_on(dev_cluster: Any, tmp_path: Path) -> None:
+    env, home, config = fresh_home(dev_cluster, tmp_path)
+    out = tmp_path / "p.yaml"
+    done = init_as(dev_cluster, env, config, out, "--accept-new")
+    assert done.returncode == 0, done.stderr
+    assert " ssh-ed25519 " in (home / ".ssh" / "known_hosts").read_text()
+    text = out.read_text()
+    assert "--accept-new" in text.splitlines()[0]
+    assert "host_key_policy" not in text  # the key is recorded: the profile stays strict
+    assert init_as(dev_cluster, env, config, out, "--force").returncode == 0  # now known, no flag needed

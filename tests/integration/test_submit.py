@@ -102,8 +102,14 @@ def test_test_only_accepts_each_dev_cluster_example(example: str, dev_cluster: A
 ], ids=["8-gpus-test-only", "8-gpus-submit", "3-nodes-test-only"])
 def test_an_impossible_request_exits_3_with_slurms_message(shape: dict[str, int], flags: list[str],
                                                            dev_cluster: Any, tmp_path: Path) -> None:
+    # local-dev lists its nodes, so validate itself refuses 3 of them (exit 2): the same
+    # profile without the hostlist leaves the node count to Slurm, as a profile using sinfo does.
+    unlisted = yaml.safe_load((REPO / "profiles" / "local-dev.yaml").read_text())
+    del unlisted["nodes"]
+    unlisted.update(name="local-dev-unlisted", extends=str(REPO / "profiles" / "base.yaml"))
+    profile = write_yaml(tmp_path / "local-dev-unlisted.yaml", unlisted)
     job = write_yaml(tmp_path / "too-big.yaml", {
-        "name": "ck-too-big", "profile": "local-dev", **shape, "time": "00:01:00",
+        "name": "ck-too-big", "profile": str(profile), **shape, "time": "00:01:00",
         "script": str(REPO / "examples" / "train_ddp.py"), "output": f"{tmp_path}/%x-%j.out", "preflight": False})
     done = clusterkit(dev_cluster, "submit", str(job), "--no-preflight", *flags)
     assert done.returncode == 3, done.stdout + done.stderr

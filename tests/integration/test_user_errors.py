@@ -47,6 +47,19 @@ def test_the_shipped_dev_nodes_profile_works_right_after_up(dev_cluster: Any, tm
                        "ib-nopeermem": ["rdma.peermem"]}
 
 
+def test_the_shipped_local_dev_profile_imports_torch_over_ssh(dev_cluster: Any, tmp_path: Path) -> None:
+    """`preflight --deep` as ckuser, from any folder: the profile names the dev cluster's
+    python by its full path (no setup lines run over SSH), and its torch is a CPU build."""
+    if dev_cluster.state_dir != DEFAULT_STATE_DIR:
+        pytest.skip("profiles/local-dev.yaml points at the default state dir")
+    report, _code = preflight(dev_cluster, "--profile", "local-dev", "--deep", cwd=tmp_path)
+    for entry in report["nodes"]:
+        torch = next(c for c in entry["checks"] if c["id"] == "nccl.torch")
+        assert torch["status"] == "pass", torch
+        assert torch["message"].startswith("torch 2.") and "/tmp/clusterkit-dev/venv/bin/python" in torch["message"]
+    assert sorted(e["node"] for e in report["nodes"]) == ["n1", "n2"]
+
+
 def test_hca_fixes_print_the_profile_line_and_one_equals_sign(dev_cluster: Any, ib_profile: Path) -> None:
     report, _ = preflight(dev_cluster, "--profile", str(ib_profile), "--nodes", "ib-portdown,ib-nohca",
                           cwd=ib_profile.parent)

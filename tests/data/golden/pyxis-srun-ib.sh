@@ -71,7 +71,7 @@ CLUSTERKIT_CHECKS
 # with its node id, and they are put back together here, node by node.
 clusterkit_probe_rc=0
 srun --ntasks-per-node=1 --ntasks="$SLURM_JOB_NUM_NODES" --input=all '--container-image=nvcr.io#nvidia/pytorch:24.05-py3' --container-mounts=/scratch:/scratch,/datasets:/data:ro --container-workdir=/scratch/alice/run1 --no-container-mount-home --container-env=MASTER_ADDR,MASTER_PORT,NCCL_IB_HCA,NCCL_IB_TIMEOUT,NCCL_SOCKET_IFNAME,GLOO_SOCKET_IFNAME,OMP_NUM_THREADS,WANDB_API_KEY \
-  bash -c 'python3 -c "import json, ctypes, resource" 2>/dev/null || { echo "clusterkit: node $(hostname): the container image has no python3 with its standard library, which the in-job preflight runs the probe with; add it to the image (e.g. apt-get install -y python3) or set preflight: false" >&2; exit 1; }; set -o pipefail; python3 - --python "$1" | base64 | sed "s/^/$SLURM_NODEID /"' \
+  bash -c 'python3 -c "import json, ctypes, resource" 2>/dev/null || { echo "clusterkit: node $(hostname): the container image has no python3 with its standard library, which the in-job preflight runs the probe with; add it to the image (e.g. apt-get install -y python3) or set preflight: false" >&2; exit 1; }; set -o pipefail; python3 - --deep "$1" | base64 | sed "s/^/$SLURM_NODEID /"' \
   clusterkit-probe python3 \
   < "$clusterkit_preflight/probe.py" > "$clusterkit_preflight/facts.b64" || clusterkit_probe_rc=$?
 sort -s -n -k1,1 "$clusterkit_preflight/facts.b64" |

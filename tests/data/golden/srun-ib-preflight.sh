@@ -68,7 +68,7 @@ CLUSTERKIT_CHECKS
 # with its node id, and they are put back together here, node by node.
 clusterkit_probe_rc=0
 srun --ntasks-per-node=1 --ntasks="$SLURM_JOB_NUM_NODES" --input=all \
-  bash -c 'set -o pipefail; python3 - --python "$1" | base64 | sed "s/^/$SLURM_NODEID /"' \
+  bash -c 'set -o pipefail; python3 - --deep "$1" | base64 | sed "s/^/$SLURM_NODEID /"' \
   clusterkit-probe python3 \
   < "$clusterkit_preflight/probe.py" > "$clusterkit_preflight/facts.b64" || clusterkit_probe_rc=$?
 sort -s -n -k1,1 "$clusterkit_preflight/facts.b64" |

@@ -213,6 +213,44 @@ def test_nccl_torch_import_error_fails() -> None:
                          "import torch failed: ModuleNotFoundError: No module named 'torch'")
 
 
+NO_TORCH = {"status": "error", "error": "import torch failed: ModuleNotFoundError: No module named 'torch'",
+            "python": "python3"}
+SETUP_PROFILE = with_settings(IB_PROFILE, environment={"python": "python3",
+                                                      "setup": [". /opt/venvs/train/bin/activate"]})
+
+
+def test_nccl_torch_in_a_job_names_the_python_and_the_setup_lines_it_ran() -> None:
+    facts = load("ib-ok")
+    facts.update(torch=dict(NO_TORCH), slurm_node="n1")  # the job's own probe (SLURMD_NODENAME)
+    f = finding(facts, SETUP_PROFILE, "nccl.torch", deep=True)
+    assert f.status == "fail" and f.message.startswith("environment.python (python3) cannot import torch: ")
+    assert f.fix.startswith("the job ran python3 after its environment.setup lines "
+                            "(`. /opt/venvs/train/bin/activate`): set environment.python to the interpreter")
+    assert "install torch for python3" in f.fix and "environment:" in f.fix
+    without = finding(facts, with_settings(SETUP_PROFILE, environment={"setup": None}), "nccl.torch", deep=True)
+    assert without.fix.startswith("the job ran python3 with no environment.setup lines: ")
+
+
+def test_nccl_torch_over_ssh_says_the_setup_lines_did_not_run() -> None:
+    facts = load("ib-ok")
+    facts["torch"] = dict(NO_TORCH)
+    f = finding(facts, SETUP_PROFILE, "nccl.torch", deep=True)
+    assert f.fix.startswith("preflight runs python3 over SSH without environment.setup "
+                            "(`. /opt/venvs/train/bin/activate`): set environment.python to the full path")
+
+
+def test_nccl_torch_without_cuda_passes_when_the_profile_says_so() -> None:
+    facts = load("ib-ok")
+    facts["torch"] = dict(TORCH_OK, version="2.13.0+cpu", cuda=None, cuda_available=False, device_count=0,
+                          nccl=None, distributed_nccl=False)
+    cpu = with_settings(IB_PROFILE, expect={"torch_cuda": False})
+    f = finding(facts, cpu, "nccl.torch", deep=True)
+    assert (f.status, f.message) == ("pass", ("torch 2.13.0+cpu imports with /opt/venvs/train/bin/python "
+                                             "(expect.torch_cuda: false, so CUDA and NCCL are not required)"))
+    facts["torch"] = dict(NO_TORCH)
+    assert finding(facts, cpu, "nccl.torch", deep=True).status == "fail"  # it must still import
+
+
 def test_nccl_torch_old_bundled_nccl_fails() -> None:
     facts = load("ib-ok")
     facts["torch"] = dict(TORCH_OK, nccl="2.14.3")

@@ -291,9 +291,11 @@ def test_injob_bundle_runs_the_same_health_checks(tmp_path: Path) -> None:
     bundle = tmp_path / "checks.pyz"
     bundle.write_bytes(injob.build_bundle(PROFILE))
     lines = []
+    torch = load("real-h200")["torch"]  # the job's probe imports torch (--deep): a real H200's answer
     for node, name in (("n1", "gpu-powercap"), ("n2", "gpu-xid"), ("n3", "ib-flap")):
         data = load(name)
         data["slurm_node"] = node
+        data["torch"] = torch
         lines.append(json.dumps(data))
     (tmp_path / "facts.jsonl").write_text("\n".join(lines) + "\n")
     done = subprocess.run([sys.executable, "-I", str(bundle), str(tmp_path / "facts.jsonl"), "n1", "n2", "n3"],

@@ -66,7 +66,7 @@ def test_the_known_bad_files_fail_both(name: str, kind: str) -> None:
 BAD_PROFILES = [
     "nodes: 'gpu 01'", "extra_key: 1", "ssh: {port: 70000}", "ssh: {host_key_policy: trust-all}",
     "ssh: {fanout: 0}", "ssh: {connect_timeout: -1}", "ssh: {colour: red}", "login: {host: 'a b'}",
-    "slurm: {partition: 'gpu$(reboot)'}", "slurm: {account: \"a\\nb\"}", "slurm: {gpus_per_node: 0}",
+    "slurm: {partition: 'gpu$(reboot)'}", "slurm: {account: \"a\\nb\"}", "slurm: {gpus_per_node: -1}",
     "slurm: {gpus_per_node: 'h100:'}", "slurm: {time: '25:61:00'}", "slurm: {mem: 64GB}",
     "slurm: {exclusive: always}", "slurm: {mail_typo: END}", "slurm: {job_name: x}",
     "slurm: {sbatch: {resrvation: x}}", "slurm: {sbatch: {nodes: 2}}", "slurm: {partition_name: x}",
@@ -75,7 +75,7 @@ BAD_PROFILES = [
     "network: {nccl_env: {NCCL_IB_TIMOUT: 22}}", "network: {nccl_env: {NCCL_IB_HCA: x}}",
     "network: {nccl_env: {NCCL_IB_TC: true}}", "environment: {env: {9LIVES: x}}",
     "environment: {env: {BAD: \"two\\nlines\"}}", "environment: {modules: cuda}",
-    "environment: {python: ''}", "expect: {min_driver: 535.40}", "expect: {nccl: at least 2.18}",
+    "environment: {python: ''}", "environment: {python: ~/venv/bin/python}", "expect: {min_driver: 535.40}", "expect: {nccl: at least 2.18}",
     "expect: {memlock: lots}", "expect: {peermem: yes please}", "expect: {gpus_per_node: 0}",
     "expect: {ib_rate_gbps: 0}", "expect: {gpu_model: 5}",
 ]
@@ -83,7 +83,8 @@ BAD_JOBS = [
     "nodes: 0", "launcher: mpirun", "time: 90:00:00:00", "output: logs/$(id).out",
     "env: {9LIVES: x}", "nccl: {debug: LOUD}", "nccl: {ib_timeout: 40}", "nccl: {colour: red}",
     "slurm: {job-name: other}", "args: [[1]]", "preflight: maybe", "master_port: 80",
-    "template: ''", "unknown: 1",
+    "template: ''", "unknown: 1", "gpus_per_node: -8", "environment: {python: ~/venv/bin/python}",
+    "environment: {colour: red}", "environment: {setup: '. venv/bin/activate'}",
 ]
 
 

@@ -35,7 +35,7 @@ def test_unquoted_times_and_ports_stay_text() -> None:
     (validators.memlock(), ["unlimited", "8M", "64G", "1024K", 1024], ["lots", "8MB", -1, True]),
     (validators.slurm_memory(), [0, 16000, "500M", "64G", "1T"], ["64 GB", -1, 1.5]),
     (validators.ib_hca(), ["mlx5_0", "mlx5_0:1", "mlx5_bond_0:1"], ["mlx5 0", "mlx5_0:0", ":1", 5]),
-    (validators.gpus(), [1, 8, "h100:8"], [0, "8", "h100:", True]),
+    (validators.gpus(), [0, 1, 8, "h100:8"], [-1, "8", "h100:", "h100:0", True]),
     (validators.dotted_version(), ["535.104.05", "550", 550], [535.40, "535.x", "v550"]),
     (validators.pep440_specifier(), [">=2.18", ">=2.18,<3", "==2.21.5"], ["2.18+", 2.18, "at least"]),
     (validators.integer(0, 31), [0, 22, 31], [32, -1, "22", True]),

@@ -125,14 +125,18 @@ def test_probe_command_without_python_says_so_with_127(tmp_path: Path) -> None:
     assert (done.returncode, done.stderr.decode().strip()) == (127, "python3 not found")
 
 
+def job_facts(name: str, node: str) -> dict[str, Any]:
+    """A node's facts as the job's own probe prints them: its Slurm name, and (it runs
+    --deep with the job's python) torch, here as a real H200 node answered."""
+    facts = dict(json.loads(facts_text(name)), slurm_node=node)
+    facts["torch"] = json.loads(facts_text("real-h200"))["torch"]
+    return facts
+
+
 def test_injob_bundle_runs_on_a_bare_python_and_names_the_failing_node(tmp_path: Path) -> None:
     bundle = tmp_path / "checks.pyz"
     bundle.write_bytes(injob.build_bundle(PROFILE))
-    lines = []
-    for node, name in (("n1", "ib-ok"), ("n2", "ib-portdown")):
-        facts = json.loads(facts_text(name))
-        facts["slurm_node"] = node
-        lines.append(json.dumps(facts))
+    lines = [json.dumps(job_facts(name, node)) for node, name in (("n1", "ib-ok"), ("n2", "ib-portdown"))]
     (tmp_path / "facts.jsonl").write_text("srun: noise\n" + "\n".join(lines) + "\n")
     done = subprocess.run([sys.executable, "-I", str(bundle), str(tmp_path / "facts.jsonl"), "n1", "n2", "n3"],
                           capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False)
@@ -146,9 +150,7 @@ def test_injob_bundle_runs_on_a_bare_python_and_names_the_failing_node(tmp_path:
 def test_injob_bundle_passes_when_every_node_passes(tmp_path: Path) -> None:
     bundle = tmp_path / "checks.pyz"
     bundle.write_bytes(injob.build_bundle(PROFILE))
-    facts = json.loads(facts_text("ib-ok"))
-    facts["slurm_node"] = "n1"
-    (tmp_path / "facts.jsonl").write_text(json.dumps(facts) + "\n")
+    (tmp_path / "facts.jsonl").write_text(json.dumps(job_facts("ib-ok", "n1")) + "\n")
     done = subprocess.run([sys.executable, "-I", str(bundle), str(tmp_path / "facts.jsonl"), "n1"],
                           capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False)
     assert (done.returncode, done.stderr.strip()) == (0, "clusterkit preflight: n1: pass")

@@ -159,25 +159,33 @@ def test_hashed_lines_we_write_are_found_by_ssh_keygen(tmp_path: Path) -> None:
     assert found.returncode == 0 and KEY1 in found.stdout
 
 
-def test_messages_name_the_host_the_fingerprints_and_the_fix() -> None:
-    store = kh.KnownHosts(["/home/a/.ssh/known_hosts"], ["/etc/ssh/ssh_known_hosts"])
+@pytest.fixture
+def ssh_dir(tmp_path: Path) -> Path:
+    """An existing ~/.ssh-like folder (a keyscan line into it needs no mkdir)."""
+    folder = tmp_path / ".ssh"
+    folder.mkdir(mode=0o700)
+    return folder
+
+
+def test_messages_name_the_host_the_fingerprints_and_the_fix(ssh_dir: Path) -> None:
+    store = kh.KnownHosts([f"{ssh_dir}/known_hosts"], ["/etc/ssh/ssh_known_hosts"])
     offered = kh.describe_key(ED, BLOB2)
     unknown = kh.problem_message(kh.Verdict("unknown"), "[gpu001]:2222", offered, store, "gpu001", 2222)
     assert unknown.startswith("host key verification failed: [gpu001]:2222 is not in")
     assert KEY2_FP in unknown
     unknown_fix = kh.problem_fix(kh.Verdict("unknown"), "[gpu001]:2222", store, "gpu001", 2222)
-    assert "`ssh-keyscan -H -p 2222 gpu001 >> /home/a/.ssh/known_hosts`" in unknown_fix
+    assert f"`ssh-keyscan -H -p 2222 gpu001 >> {ssh_dir}/known_hosts`" in unknown_fix
     assert "accept-new" in unknown_fix
-    old = kh.parse_line(f"gpu001 {ED} {KEY1}", "/home/a/.ssh/known_hosts:7")
+    old = kh.parse_line(f"gpu001 {ED} {KEY1}", f"{ssh_dir}/known_hosts:7")
     changed = kh.problem_message(kh.Verdict("changed", old), "gpu001", offered, store, "gpu001", 22)
     assert "REMOTE HOST IDENTIFICATION HAS CHANGED for gpu001" in changed
     assert KEY1_FP in changed and KEY2_FP in changed and "known_hosts:7" in changed
     assert "\n" not in unknown + changed
 
 
-def test_changed_key_says_its_fix_once_with_the_commands() -> None:
-    store = kh.KnownHosts(["/home/a/.ssh/known_hosts"])
-    old = kh.parse_line(f"gpu001 {ED} {KEY1}", "/home/a/.ssh/known_hosts:7")
+def test_changed_key_says_its_fix_once_with_the_commands(ssh_dir: Path) -> None:
+    store = kh.KnownHosts([f"{ssh_dir}/known_hosts"])
+    old = kh.parse_line(f"gpu001 {ED} {KEY1}", f"{ssh_dir}/known_hosts:7")
     verdict = kh.Verdict("changed", old)
     message = kh.problem_message(verdict, "gpu001", kh.describe_key(ED, BLOB2), store, "gpu001", 22)
     fix = kh.problem_fix(verdict, "gpu001", store, "gpu001", 22)
@@ -185,8 +193,16 @@ def test_changed_key_says_its_fix_once_with_the_commands() -> None:
     assert "verify" not in message and "ssh-keygen" not in message and "ssh-keyscan" not in message
     assert fix.count("verify") == 1
     assert fix == ("verify the new fingerprint out of band, then replace the old key: "
-                   "`ssh-keygen -R 'gpu001' -f /home/a/.ssh/known_hosts` and "
-                   "`ssh-keyscan -H gpu001 >> /home/a/.ssh/known_hosts`")
+                   f"`ssh-keygen -R 'gpu001' -f {ssh_dir}/known_hosts` and "
+                   f"`ssh-keyscan -H gpu001 >> {ssh_dir}/known_hosts`")
+
+
+def test_a_keyscan_line_into_a_missing_folder_creates_it_first(tmp_path: Path) -> None:
+    """`init` on a fresh machine: ~/.ssh does not exist yet, and `>>` alone would fail."""
+    record = tmp_path / "home" / ".ssh" / "known_hosts"
+    fix = kh.problem_fix(kh.Verdict("unknown"), "ib-ok", kh.KnownHosts([str(record)]), "ib-ok", 22)
+    assert f"`mkdir -p -m 700 {record.parent} && ssh-keyscan -H ib-ok >> {record}`" in fix
+    assert fix.endswith(f"or {kh.ACCEPT_NEW_IN_PROFILE}")
 
 
 def test_alias_fix_files_the_key_under_the_alias() -> None:

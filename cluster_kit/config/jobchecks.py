@@ -1,0 +1,74 @@
+"""Problems of a job file that need more than its own keys' rules: the job and its
+profile together (how many nodes the profile lists), or two keys of the job that
+contradict each other (no GPUs, yet a GPU request).
+
+Each check takes the job file's data as loaded (values may still have the wrong
+type: the schema reports those) and returns (key path, message) pairs, reported
+at the key's line.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from cluster_kit.config import spec, specs, vocab
+from cluster_kit.config.validators import asks_no_gpus
+
+if TYPE_CHECKING:
+    from cluster_kit.config.load import Profile
+
+
+def check_node_count(job: Mapping[str, Any], profile: Profile | None) -> list[spec.Problem]:
+    """`nodes:` beyond the profile's explicit `nodes` hostlist can never be allocated.
+
+    Without a hostlist in the profile, its nodes come from `sinfo` at submit time,
+    and `validate` stays offline: nothing to compare with here.
+    """
+    from cluster_kit import hostlist
+
+    wanted, listed = job.get("nodes"), profile.data.get("nodes") if profile else None
+    if not isinstance(wanted, int) or isinstance(wanted, bool) or not isinstance(listed, str):
+        return []
+    try:
+        count = len(hostlist.expand(listed))
+    except ValueError:
+        return []  # the profile's own problem, reported at its line
+    if wanted <= count:
+        return []
+    assert profile is not None
+    return [(("nodes",), (f"nodes: {wanted} but profile {profile.name} lists {_nodes(count)} ({listed}); "
+                         f"fix: ask for at most {count} (nodes: {count}), or add nodes to the profile's "
+                         f"`nodes:` ({profile.where('nodes')})"))]
+
+
+def _nodes(count: int) -> str:
+    return f"{count} node" if count == 1 else f"{count} nodes"
+
+
+def check_gpu_requests(job: Mapping[str, Any]) -> list[spec.Problem]:
+    """A job with `gpus_per_node: 0` that also asks for GPUs (gres gpu, gpus, ...)."""
+    slurm: Mapping[str, Any] = job["slurm"] if isinstance(job.get("slurm"), Mapping) else {}
+    where = "gpus_per_node" if "gpus_per_node" in job else "slurm.gpus_per_node"
+    if not asks_no_gpus(job.get("gpus_per_node", slurm.get("gpus_per_node"))):
+        return []
+    problems: list[spec.Problem] = []
+    for key_path, value in _slurm_options(slurm):
+        option = vocab.sbatch_option(str(key_path[-1]).lstrip("-"))
+        if option in vocab.GPU_SBATCH_OPTIONS or (
+                option == "gres" and vocab.without_gpu_gres(str(value)) != str(value)):
+            shown = ".".join(str(part) for part in key_path)
+            problems.append((key_path, (f"{shown}: {value!r} asks for GPUs, but {where}: 0 asks for "
+                                       "none; remove one of the two")))
+    return problems
+
+
+def _slurm_options(slurm: Mapping[str, Any]) -> list[tuple[tuple[str, ...], Any]]:
+    """(key path, value) of every extra sbatch option of a job's `slurm:` section."""
+    pairs: list[tuple[tuple[str, ...], Any]] = [
+        (("slurm", str(key)), value) for key, value in slurm.items()
+        if key != "sbatch" and key not in specs.SLURM_NAMED]
+    extra = slurm.get("sbatch")
+    if isinstance(extra, Mapping):
+        pairs += [(("slurm", "sbatch", str(key)), value) for key, value in extra.items()]
+    return [(path, value) for path, value in pairs if value is not None and value is not False]
+
