@@ -48,14 +48,20 @@ def emit(doc: dict[str, Any], results: list[Any], fmt: str, output: str | None) 
 
 
 def analysed(traces: list[Any], job_id: str | None, allreduce_rows: list[Any] | None,
-             variants: list[str] | None = None, done: Any = None) -> tuple[dict[str, Any], list[Any]]:
-    """The report, with a bad trace turned into one error line."""
+             run: Any = None, done: Any = None) -> tuple[dict[str, Any], list[Any]]:
+    """The report, with a bad trace turned into one error line.
+
+    Traces the user pointed at (`analyze`) are bad input; those of a job
+    clusterkit ran (`bench ddp`, `job_id` set) mean the job failed.
+    """
     from cluster_kit.analysis.report import build_report
     from cluster_kit.analysis.traces import TraceError
 
     try:
-        return build_report(traces, job_id, allreduce_rows, variants, done)
+        return build_report(traces, job_id, allreduce_rows, run, done)
     except TraceError as exc:
+        if job_id is not None:
+            raise CheckFailed(str(exc), fix=f"read the job's log: clusterkit logs {job_id}") from None
         raise InputError(str(exc), fix="point at a folder of torch.profiler Chrome traces, one per rank") from None
 
 
@@ -91,6 +97,7 @@ def analyze(folder: str, allreduce_json: str | None, as_json: bool, fmt: str | N
 def bench_ddp(app: App, job_file: str, steps: int, sweep: bool, variants: tuple[str, ...],
               allreduce_json: str | None, as_json: bool, fmt: str | None, output: str | None) -> None:
     """Submit JOB_FILE with step profiling on; report where each rank's step time goes."""
+    from cluster_kit.analysis.report import SweepRun
     from cluster_kit.commands import bench_ddp as core
     from cluster_kit.commands.jobs import job_output_dir, sbatch_job, state_reporter
     from cluster_kit.config.effective import effective
@@ -114,7 +121,7 @@ def bench_ddp(app: App, job_file: str, steps: int, sweep: bool, variants: tuple[
                f"traces go to {trace_dir}", err=True)
     code = jobs.wait(runner, job_id, on_status=state_reporter(job_id))
     traces = core.fetch_traces(runner, trace_dir, job_id)
-    doc, results = analysed(traces, job_id, rows, chosen)
+    doc, results = analysed(traces, job_id, rows, SweepRun(chosen) if chosen else None)
     emit(doc, results, fmt, output)
     if code != 0:
         raise CheckFailed(f"job {job_id} exited with {code}", fix=f"read the job's log: clusterkit logs {job_id}")
