@@ -112,16 +112,23 @@ def bench_ddp(app: App, job_file: str, steps: int, sweep: bool, variants: tuple[
     settings = effective(job)
     chosen = core.choose_variants(bool(settings["cuda_graphs"]), variants) if sweep else None
     trace_dir = core.profile_dir(job_output_dir(job), settings["workdir"])
+    bench = core.bench_paths(trace_dir)
     script = render_job(core.profiled_settings(settings, steps, trace_dir), app.search.template_dirs(),
-                        extra={"ddp_variants": chosen} if chosen else None)
+                        extra={"ddp_variants": chosen, "bench": bench})
     runner = app.runner(job.profile.data)
     runner.run(["mkdir", "-p", trace_dir])
     job_id = sbatch_job(app, job, script)
     click.echo(f"submitted {job.data['name']} with {steps} profiled steps as job {job_id}; "
-               f"traces go to {trace_dir}", err=True)
+               f"traces go to {trace_dir}; each launch writes its checkpoints (CLUSTERKIT_CHECKPOINT_DIR) "
+               f"and other output (CLUSTERKIT_SCRATCH_DIR) into {bench['scratch']}/<variant>, "
+               "not the job's own folders", err=True)
     code = jobs.wait(runner, job_id, on_status=state_reporter(job_id))
-    traces = core.fetch_traces(runner, trace_dir, job_id)
-    doc, results = analysed(traces, job_id, rows, SweepRun(chosen) if chosen else None)
+    launches = core.read_launches(runner, bench["launches"])
+    traces, unreadable = core.fetch_traces(runner, trace_dir, job_id, launches)
+    if unreadable and not chosen:
+        raise CheckFailed(next(iter(unreadable.values())), fix=f"read the job's log: clusterkit logs {job_id}")
+    run = SweepRun(chosen, launches, unreadable) if chosen else None
+    doc, results = analysed(traces, job_id, rows, run)
     emit(doc, results, fmt, output)
     if code != 0:
         raise CheckFailed(f"job {job_id} exited with {code}", fix=f"read the job's log: clusterkit logs {job_id}")
