@@ -1,7 +1,7 @@
 """A DDP trainer profiled with cluster_kit.ddp.StepProfiler (for `clusterkit bench ddp`).
 
     python examples/train_ddp_profiled.py [--steps N] [--width W] [--depth D]
-        [--slow-rank R --slow-ms MS] [--build-step]
+        [--slow-rank R --slow-ms MS] [--build-step] [--all-reduce-loss]
 
 Started once per rank (srun or torchrun, env:// variables), Gloo on CPU and NCCL
 on GPUs. With CLUSTERKIT_PROFILE_STEPS=N set (bench ddp sets it) each rank writes
@@ -9,13 +9,23 @@ a PyTorch profiler trace of N steps; unset, it just trains. ``--slow-rank`` make
 one rank compute ``--slow-ms`` longer per step (extra matmuls), the straggler a
 report should name. ``--build-step`` uses cluster_kit.ddp.build_step, which
 profiles by itself, instead of the explicit StepProfiler loop.
+``--all-reduce-loss`` all-reduces the loss after every step, as trainers do to
+log the mean loss: the job's own collective beside DDP's gradient buckets.
+
+It keeps training the way SPEC "Jobs that keep training" asks: with
+CLUSTERKIT_CHECKPOINT_DIR set it resumes from the checkpoint it finds there
+(training only the steps still to do, none once the run is finished) and saves
+one when done. `bench ddp` points CLUSTERKIT_CHECKPOINT_DIR at a fresh folder per
+launch, so every benchmark launch trains (and records) its steps.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -34,6 +44,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--slow-rank", type=int, default=-1, help="rank that computes longer")
     parser.add_argument("--slow-ms", type=float, default=0.0, help="extra compute per step there")
     parser.add_argument("--build-step", action="store_true", help="profile through build_step")
+    parser.add_argument("--all-reduce-loss", action="store_true", help="all-reduce the loss every step")
     return parser.parse_args()
 
 
@@ -56,6 +67,34 @@ def busy(ms: float, device: torch.device) -> None:
         a = torch.tanh(a @ a)
 
 
+def checkpoint_path() -> Path | None:
+    """Where this trainer keeps its checkpoint: in CLUSTERKIT_CHECKPOINT_DIR, when set."""
+    folder = os.environ.get("CLUSTERKIT_CHECKPOINT_DIR")
+    return Path(folder) / "train_ddp_profiled.pt" if folder else None
+
+
+def resume(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """Load the checkpoint when there is one; the number of steps it has done."""
+    path = checkpoint_path()
+    if path is None or not path.exists():
+        return 0
+    state = torch.load(path, map_location="cpu")
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    return int(state["step"])
+
+
+def save(model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
+    """Rank 0 writes the checkpoint (then renames it: a reader never sees half of one)."""
+    path = checkpoint_path()
+    if path is None or dist.get_rank() != 0:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_name(path.name + ".part")
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, part)
+    part.replace(path)
+
+
 def main() -> int:
     args = parse_args()
     ddp = load_ddp_helper()
@@ -66,6 +105,8 @@ def main() -> int:
     loss_fn = nn.MSELoss()
     generator = torch.Generator().manual_seed(1000 + dist.get_rank())
     extra = args.slow_ms if dist.get_rank() == args.slow_rank else 0.0
+    done = resume(model, optimizer)
+    todo = max(0, args.steps - done)
 
     def batch() -> tuple[torch.Tensor, torch.Tensor]:
         inputs = torch.randn(args.batch, 64, generator=generator).to(device)
@@ -79,18 +120,29 @@ def main() -> int:
         optimizer.step()
         return loss.detach()
 
+    def logged(loss: torch.Tensor) -> torch.Tensor:
+        """The mean loss over the ranks, as a trainer logs it (the job's own all-reduce)."""
+        if args.all_reduce_loss:
+            loss = loss.clone()
+            dist.all_reduce(loss)
+            loss /= dist.get_world_size()
+        return loss
+
+    loss = torch.zeros(())
+
     if args.build_step:
         step = ddp.build_step(model, optimizer, loss_fn, batch())
-        for _ in range(args.steps):
+        for _ in range(todo):
             busy(extra, device)
-            loss = step(*batch())
+            loss = logged(step(*batch()))
     else:
         with ddp.StepProfiler() as prof:
-            for _ in range(args.steps):
-                loss = eager(*batch())
+            for _ in range(todo):
+                loss = logged(eager(*batch()))
                 prof.step()
+    save(model, optimizer, done + todo)
     if dist.get_rank() == 0:
-        sys.stdout.write(f"rank=0 steps={args.steps} loss={float(loss):.4f} ok\n")
+        sys.stdout.write(f"rank=0 steps={todo} resumed_at={done} loss={float(loss):.4f} ok\n")
     dist.barrier()  # as in train_ddp.py: nobody tears the group down under a peer
     dist.destroy_process_group()
     return 0

@@ -105,8 +105,20 @@ def analyse_rank(trace: Trace) -> RankResult:
     calls = [c for c in all_calls if start <= c.ts < end]
     extra = _extra_figures(trace, start, end, len(steps))
     extra["trace_overlap_pct"] = _overlap_pct(compute, comm)
+    extra["exposed_bucket_ms"] = exposed_bucket_ms(windows, compute, all_calls)
     return RankResult(trace.rank, trace.host, trace.world_size, steps,
                       coll.summarise(calls, len(steps), trace.world_size), extra=extra)
+
+
+def exposed_bucket_ms(windows: list[Step], compute: list[Span], calls: list[coll.Collective]) -> float:
+    """Mean per step of the time DDP's bucket all-reduces run with no compute beside them.
+
+    The part of ``exposed_comm_ms`` that bucket sizes can change: the job's own
+    collectives (a loss all-reduced for logging) are left out.
+    """
+    buckets = union((c.ts, c.ts + c.dur) for c in calls if c.ddp_bucket)
+    exposed = [total(subtract(clip(buckets, w.start, w.end), clip(compute, w.start, w.end))) for w in windows]
+    return statistics.fmean(exposed) / 1e3
 
 
 def _extra_figures(trace: Trace, start: float, end: float, steps: int) -> dict[str, float]:

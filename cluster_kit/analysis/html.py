@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from cluster_kit.analysis.breakdown import RankResult, StepTimes
+from cluster_kit.analysis.report import expected_text
 
 COLOURS = {"compute": "#3a7bd5", "exposed_comm": "#e4572e", "other": "#d9d9d9"}
 LABELS = {"compute": "compute", "exposed_comm": "exposed communication", "other": "other"}
@@ -58,8 +59,8 @@ def render_html(doc: dict[str, Any], results: list[RankResult]) -> str:
     """The whole page; the JSON document is embedded for tools (inert, not executed)."""
     ranks = [[r["rank"], r["host"], r["step_ms"]["median"], r["step_ms"]["p90"], r["compute_ms"], r["comm_ms"],
               r["exposed_comm_ms"], r["overlap_pct"], r["other_ms"]] for r in doc["ranks"]]
-    colls = [[c["op"], c["bytes"], c["count"], c["ms"], c["busbw_gbps"], c.get("sweep_busbw_gbps", "-")]
-             for c in doc["ranks"][0]["collectives"]]
+    colls = [[c["op"], c["bytes"], c["count"], c["ms"], c["busbw_gbps"], c.get("sweep_busbw_gbps", "-"),
+              "yes" if c.get("ddp_bucket") else "no"] for c in doc["ranks"][0]["collectives"]]
     s = doc["straggler"]
     parts = [f"<h1>Where a step's time goes: job {html.escape(str(doc['job_id'] or '-'))}</h1>",
              f"<p>{doc['world_size']} rank(s), {doc['steps']} profiled step(s), {doc['device'].upper()}</p>",
@@ -70,16 +71,16 @@ def render_html(doc: dict[str, Any], results: list[RankResult]) -> str:
              _table(["rank", "host", "step median", "step p90", "compute", "comm", "exposed comm",
                      "overlap %", "other"], ranks),
              f"<h2>Collectives per step (rank {doc['ranks'][0]['rank']})</h2>",
-             _table(["op", "bytes", "per step", "ms", "busbw GB/s", "bench allreduce GB/s"], colls),
+             _table(["op", "bytes", "per step", "ms", "busbw GB/s", "bench allreduce GB/s", "DDP bucket"], colls),
              "<h2>Straggler</h2>",
              _straggler(s)]
     if doc.get("sweep"):
-        parts += ["<h2>Variants</h2>", _table(["variant", "step ms", "gain %"], [
+        parts += ["<h2>Variants</h2>", _table(["variant", "step ms", "gain %", "why it failed"], [
             [v["variant"], v["step_ms"] if v["step_ms"] is not None else "failed",
-             v["gain_pct"] if v["gain_pct"] is not None else "-"] for v in doc["sweep"]])]
+             v["gain_pct"] if v["gain_pct"] is not None else "-", v.get("error") or ""] for v in doc["sweep"]])]
     parts += ["<h2>Advice</h2>", "<ul>" + "".join(
-        f"<li><b>{html.escape(str(a['knob']))}={html.escape(str(a['value']))}</b>: {html.escape(a['why'])}</li>"
-        for a in doc["advice"]) + "</ul>" if doc["advice"] else "<p>none</p>"]
+        f"<li><b>{html.escape(str(a['knob']))}={html.escape(str(a['value']))}</b>: {html.escape(a['why'])}"
+        f"{html.escape(expected_text(a))}</li>" for a in doc["advice"]) + "</ul>" if doc["advice"] else "<p>none</p>"]
     data = json.dumps(doc).replace("</", "<\\/")
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>clusterkit: step time of job {html.escape(str(doc['job_id'] or '-'))}</title>"

@@ -74,8 +74,14 @@ def _trace_from_doc(doc: dict[str, Any], path: str) -> Trace:
     ]
     return Trace(path=path, rank=int(rank), world_size=int(info.get("world_size", 1)),
                  host=str((match and match.group("host")) or doc.get("host_name") or ""), backend=str(info.get("backend", "")),
-                 variant=(match.group("variant") or "") if match else "", events=events,
+                 variant=variant_of(path), events=events,
                  has_gpu=any(e.cat == "kernel" for e in events))
+
+
+def variant_of(path: str) -> str:
+    """The DDP variant in a trace file's name ("" when it names none)."""
+    match = VARIANT_FILE.match(Path(path).name)
+    return (match.group("variant") or "") if match else ""
 
 
 def load_trace(path: Path) -> Trace:

@@ -5,6 +5,11 @@ The job runs as the user wrote it, with ``CLUSTERKIT_PROFILE_STEPS`` and
 (``build_step`` or ``StepProfiler``) writes one trace per rank into a fresh folder
 beside the job's output. With ``--sweep`` the launch runs once per DDP variant
 (``CLUSTERKIT_DDP_VARIANT``), each variant's traces named after it.
+
+Every launch writes its own output into ``scratch/<variant>/`` of that folder
+(``CLUSTERKIT_SCRATCH_DIR``, with ``CLUSTERKIT_CHECKPOINT_DIR`` inside it), never
+into the job's checkpoints, and the job script appends each launch's exit status
+to ``launches.tsv`` there, so that a variant that failed says why.
 """
 from __future__ import annotations
 
@@ -45,6 +50,27 @@ def profile_dir(output_dir: str | None, workdir: str | None, now: float | None =
     return posixpath.join(base, f"clusterkit-ddp-{stamp}-{secrets.token_hex(3)}")
 
 
+def bench_paths(trace_dir: str) -> dict[str, str]:
+    """The ``bench`` template variable: the launches' scratch root and their exit-status file."""
+    return {"scratch": posixpath.join(trace_dir, "scratch"), "launches": posixpath.join(trace_dir, "launches.tsv")}
+
+
+def parse_launches(text: str) -> dict[str, int]:
+    """``launches.tsv`` (``VARIANT<TAB>EXIT_STATUS`` per line) -> {variant: status}; the last line of a variant wins."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        variant, _, code = line.rpartition("\t")
+        if variant and code.strip().lstrip("-").isdigit():
+            out[variant] = int(code)
+    return out
+
+
+def read_launches(runner: Any, path: str) -> dict[str, int]:
+    """The launches' exit statuses the job recorded ({} when it recorded none)."""
+    done = runner.run(["cat", path], timeout=READ_TIMEOUT_S)
+    return parse_launches(done.stdout) if done.returncode == 0 else {}
+
+
 def profiled_settings(settings: dict[str, Any], steps: int, trace_dir: str) -> dict[str, Any]:
     """The job's settings with step profiling exported to every rank."""
     if steps < 1:
@@ -72,26 +98,38 @@ def read_allreduce_json(path: str) -> list[dict[str, Any]]:
     return [r for r in rows if isinstance(r, dict)]
 
 
-def fetch_traces(runner: Any, trace_dir: str, job_id: str) -> list[Any]:
-    """Every trace the job wrote (read through the runner: here or on the login host)."""
-    from cluster_kit.analysis.traces import TraceError, parse_trace
+def fetch_traces(runner: Any, trace_dir: str, job_id: str,
+                 launches: dict[str, int] | None = None) -> tuple[list[Any], dict[str, str]]:
+    """Every trace the job wrote (read through the runner: here or on the login host).
+
+    Also, per variant, why a trace file of it could not be read (the first such
+    file); the caller decides whether that ends the run or fails one variant.
+    """
+    from cluster_kit.analysis.traces import TraceError, parse_trace, variant_of
 
     listing = runner.run(["find", trace_dir, "-maxdepth", "1", "-name", "*.json", "-type", "f"],
                          timeout=READ_TIMEOUT_S)
     files = sorted(line for line in listing.stdout.splitlines() if line.strip())
     if not files:
-        raise CheckFailed(f"job {job_id} wrote no profiler traces into {trace_dir}",
+        raise CheckFailed(f"job {job_id} wrote no profiler traces into {trace_dir}{_launch_summary(launches)}",
                           fix="profile the training loop: use cluster_kit.ddp.build_step, or wrap it "
                               "in `with cluster_kit.ddp.StepProfiler() as prof:` with prof.step() after "
                               f"each step; read the job's log: clusterkit logs {job_id}")
-    traces = []
+    traces: list[Any] = []
+    unreadable: dict[str, str] = {}
     for path in files:
         done = runner.run(["cat", path], timeout=READ_TIMEOUT_S)
-        if done.returncode != 0:
-            raise CheckFailed(f"cannot read {path} {runner.where}: {done.stderr.strip()}",
-                              fix="check that the job's output folder is readable there")
         try:
+            if done.returncode != 0:
+                raise TraceError(f"{path}: cannot read it {runner.where}: {done.stderr.strip()}")
             traces.append(parse_trace(done.stdout, path))
         except TraceError as exc:
-            raise CheckFailed(str(exc), fix=f"read the job's log: clusterkit logs {job_id}") from None
-    return traces
+            unreadable.setdefault(variant_of(path) or "as-is", str(exc))
+    return traces, unreadable
+
+
+def _launch_summary(launches: dict[str, int] | None) -> str:
+    """`` (launches: as-is exited 1, static_graph exited 0)`` or nothing."""
+    if not launches:
+        return ""
+    return " (launches: " + ", ".join(f"{v} exited {c}" for v, c in launches.items()) + ")"

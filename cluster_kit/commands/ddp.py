@@ -48,14 +48,20 @@ def emit(doc: dict[str, Any], results: list[Any], fmt: str, output: str | None) 
 
 
 def analysed(traces: list[Any], job_id: str | None, allreduce_rows: list[Any] | None,
-             variants: list[str] | None = None, done: Any = None) -> tuple[dict[str, Any], list[Any]]:
-    """The report, with a bad trace turned into one error line."""
+             run: Any = None, done: Any = None) -> tuple[dict[str, Any], list[Any]]:
+    """The report, with a bad trace turned into one error line.
+
+    Traces the user pointed at (`analyze`) are bad input; those of a job
+    clusterkit ran (`bench ddp`, `job_id` set) mean the job failed.
+    """
     from cluster_kit.analysis.report import build_report
     from cluster_kit.analysis.traces import TraceError
 
     try:
-        return build_report(traces, job_id, allreduce_rows, variants, done)
+        return build_report(traces, job_id, allreduce_rows, run, done)
     except TraceError as exc:
+        if job_id is not None:
+            raise CheckFailed(str(exc), fix=f"read the job's log: clusterkit logs {job_id}") from None
         raise InputError(str(exc), fix="point at a folder of torch.profiler Chrome traces, one per rank") from None
 
 
@@ -92,6 +98,7 @@ def bench_ddp(app: App, job_file: str, steps: int, sweep: bool, variants: tuple[
               allreduce_json: str | None, as_json: bool, fmt: str | None, output: str | None) -> None:
     """Submit JOB_FILE with step profiling on; report where each rank's step time goes."""
     from cluster_kit import lifecycle
+    from cluster_kit.analysis.report import SweepRun
     from cluster_kit.commands import bench_ddp as core
     from cluster_kit.commands.jobs import job_output_dir, sbatch_job, state_reporter
     from cluster_kit.config.effective import effective
@@ -104,17 +111,24 @@ def bench_ddp(app: App, job_file: str, steps: int, sweep: bool, variants: tuple[
     settings = effective(job)
     chosen = core.choose_variants(bool(settings["cuda_graphs"]), variants) if sweep else None
     trace_dir = core.profile_dir(job_output_dir(job), settings["workdir"])
+    bench = core.bench_paths(trace_dir)
     script = render_job(core.profiled_settings(settings, steps, trace_dir), app.search.template_dirs(),
-                        extra={"ddp_variants": chosen} if chosen else None)
+                        extra={"ddp_variants": chosen, "bench": bench})
     runner = app.runner(job.profile.data)
     runner.run(["mkdir", "-p", trace_dir])
     job_id = sbatch_job(app, job, script, settings)
     click.echo(f"submitted {job.data['name']} with {steps} profiled steps as job {job_id}; "
-               f"traces go to {trace_dir}", err=True)
+               f"traces go to {trace_dir}; each launch writes its checkpoints (CLUSTERKIT_CHECKPOINT_DIR) "
+               f"and other output (CLUSTERKIT_SCRATCH_DIR) into {bench['scratch']}/<variant>, "
+               "not the job's own folders", err=True)
     result = lifecycle.wait(runner, job_id, on_status=state_reporter(job_id))
     code = result.exit_status
-    traces = core.fetch_traces(runner, trace_dir, job_id)
-    doc, results = analysed(traces, job_id, rows, chosen)
+    launches = core.read_launches(runner, bench["launches"])
+    traces, unreadable = core.fetch_traces(runner, trace_dir, job_id, launches)
+    if unreadable and not chosen:
+        raise CheckFailed(next(iter(unreadable.values())), fix=f"read the job's log: clusterkit logs {job_id}")
+    run = SweepRun(chosen, launches, unreadable) if chosen else None
+    doc, results = analysed(traces, job_id, rows, run)
     emit(doc, results, fmt, output)
     if code:
         raise CheckFailed(result.explanation, fix=f"read the job's log: clusterkit logs {job_id}")

@@ -125,7 +125,7 @@ def test_report_json_has_the_spec_keys(gloo_doc: dict) -> None:
     assert set(rank["collectives"][0]) >= {"op", "bytes", "count", "ms", "busbw_gbps"}
     assert set(gloo_doc["straggler"]) == {"rank", "host", "compute_ms", "median_compute_ms"}
     for item in gloo_doc["advice"]:
-        assert set(item) == {"knob", "value", "why", "expected_ms"}
+        assert set(item) == {"knob", "value", "why", "expected_ms", "measured"}
     json.dumps(gloo_doc)
 
 
@@ -146,13 +146,14 @@ def test_sweep_ranks_variants_and_names_the_best() -> None:
     for t in faster:  # the same job with every event at half the time
         t.variant, t.path = "bucket_cap_mb=100", t.path.replace("bucket_cap_mb=1.", "bucket_cap_mb=100.")
         t.events = [e._replace(ts=e.ts / 2, dur=e.dur / 2) for e in t.events]
-    doc = report.build_report(base + faster, expected_variants=["as-is", "bucket_cap_mb=100", "static_graph"])[0]
+    run = report.SweepRun(["as-is", "bucket_cap_mb=100", "static_graph"])
+    doc = report.build_report(base + faster, run=run)[0]
     assert [v["variant"] for v in doc["sweep"]] == ["bucket_cap_mb=100", "as-is", "static_graph"]
     assert doc["sweep"][0]["gain_pct"] == pytest.approx(50, abs=0.2)
-    assert doc["sweep"][2]["step_ms"] is None  # it wrote no traces
+    assert doc["sweep"][2]["step_ms"] is None and doc["sweep"][2]["error"] == "it wrote no traces"
     assert doc["sweep_best"]["variant"] == "bucket_cap_mb=100"
     assert doc["advice"][0]["knob"] == "bucket_cap_mb" and doc["advice"][0]["value"] == 100
-    assert "measured" in doc["advice"][0]["why"]
+    assert doc["advice"][0]["measured"] and doc["advice"][0]["expected_ms"] == doc["sweep"][0]["step_ms"]
     assert "best: bucket_cap_mb=100" in report.format_report(doc)
 
 

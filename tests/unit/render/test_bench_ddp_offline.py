@@ -1,6 +1,7 @@
 """`bench ddp` pieces without a cluster, and `clusterkit analyze` on recorded traces."""
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import shutil
@@ -41,30 +42,118 @@ def test_profiled_settings_export_the_window_and_folder() -> None:
     assert bench_ddp.profile_dir(None, "/work").startswith("/work/clusterkit-ddp-")
 
 
+BENCH = {"scratch": "/out/clusterkit-ddp-x/scratch", "launches": "/out/clusterkit-ddp-x/launches.tsv"}
+
+
 @pytest.mark.parametrize("launcher", ["srun", "torchrun"])
 def test_sweep_script_runs_the_launch_once_per_variant(launcher: str, tmp_path: Path) -> None:
     settings = make_settings(launcher=launcher)
     plain = render(settings)
-    swept = render(settings, extra={"ddp_variants": ["as-is", "bucket_cap_mb=1", "cuda_graphs=on"]})
+    swept = render(settings, extra={"ddp_variants": ["as-is", "bucket_cap_mb=1", "cuda_graphs=on"], "bench": BENCH})
     assert "clusterkit_launch" not in plain and "CLUSTERKIT_DDP_VARIANT" not in plain
+    assert "CLUSTERKIT_CHECKPOINT_DIR" not in plain
     assert "for CLUSTERKIT_DDP_VARIANT in as-is bucket_cap_mb=1 cuda_graphs=on; do" in swept
     assert swept.count("clusterkit_launch") == 2  # defined once, called once per variant
+    assert "export CLUSTERKIT_SCRATCH_DIR=/out/clusterkit-ddp-x/scratch/\"$1\"" in swept
     assert_shell_clean(swept, tmp_path)
+    single = render(settings, extra={"ddp_variants": None, "bench": BENCH})
+    assert "CLUSTERKIT_DDP_VARIANT" not in single and single.rstrip().endswith("clusterkit_bench_launch as-is")
+    assert_shell_clean(single, tmp_path)
 
 
-def test_sweep_loop_goes_on_after_a_failing_variant(tmp_path: Path) -> None:
-    """The loop of the rendered script, run by bash with a stand-in launch."""
-    swept = render(make_settings(), extra={"ddp_variants": ["as-is", "static_graph", "cuda_graphs=on"]})
-    loop = swept[swept.index('graphs_as_job='):]
-    script = tmp_path / "loop.sh"
-    script.write_text("set -euo pipefail\nclusterkit_launch() {\n  echo \"$CLUSTERKIT_DDP_VARIANT "
-                      "graphs=$CLUSTERKIT_CUDA_GRAPHS\"\n  [ \"$CLUSTERKIT_DDP_VARIANT\" != static_graph ]\n}\n"
-                      + loop)
-    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False,
-                          env={"PATH": "/usr/bin:/bin", "CLUSTERKIT_CUDA_GRAPHS": "0"})
+def bench_part(script: str, tmp_path: Path) -> Path:
+    """The rendered script's launch loop, with a stand-in launch that acts like a resuming trainer.
+
+    The stand-in resumes when it finds a checkpoint in CLUSTERKIT_CHECKPOINT_DIR
+    (printing "skipped"), writes one, and fails under static_graph.
+    """
+    loop = script[script.index("clusterkit_bench_launch() {"):]
+    stand_in = (
+        'clusterkit_launch() {\n'
+        '  if [ -e "$CLUSTERKIT_CHECKPOINT_DIR/ckpt" ]; then echo "$CLUSTERKIT_DDP_VARIANT skipped"; return 0; fi\n'
+        '  echo "$CLUSTERKIT_DDP_VARIANT graphs=${CLUSTERKIT_CUDA_GRAPHS:-} scratch=$CLUSTERKIT_SCRATCH_DIR"\n'
+        '  : >"$CLUSTERKIT_CHECKPOINT_DIR/ckpt"\n'
+        '  [ "$CLUSTERKIT_DDP_VARIANT" != static_graph ]\n'
+        '}\n')
+    path = tmp_path / "loop.sh"
+    path.write_text("set -euo pipefail\nCLUSTERKIT_DDP_VARIANT=as-is\n" + stand_in + loop)
+    return path
+
+
+def test_sweep_loop_goes_on_after_a_failing_variant_in_fresh_scratch(tmp_path: Path) -> None:
+    """The loop of the rendered script, run by bash: each launch its own checkpoints, its status recorded."""
+    bench = {"scratch": str(tmp_path / "scratch"), "launches": str(tmp_path / "launches.tsv")}
+    swept = render(make_settings(), extra={"ddp_variants": ["as-is", "static_graph", "cuda_graphs=on"],
+                                           "bench": bench})
+    env = {"PATH": "/usr/bin:/bin", "CLUSTERKIT_CUDA_GRAPHS": "0",
+           "CLUSTERKIT_CHECKPOINT_DIR": str(tmp_path / "the-jobs-own")}
+    (tmp_path / "the-jobs-own").mkdir()
+    (tmp_path / "the-jobs-own" / "ckpt").write_text("a finished run")
+    done = subprocess.run(["bash", str(bench_part(swept, tmp_path))], capture_output=True, text=True,
+                          check=False, env=env)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["as-is graphs=0", "static_graph graphs=0", "cuda_graphs=on graphs=1"]
+    scratch = tmp_path / "scratch"
+    assert done.stdout.splitlines() == [f"as-is graphs=0 scratch={scratch}/as-is",
+                                        f"static_graph graphs=0 scratch={scratch}/static_graph",
+                                        f"cuda_graphs=on graphs=1 scratch={scratch}/cuda_graphs=on"]
     assert done.stderr.strip() == "clusterkit: DDP variant static_graph exited with 1"
+    assert (tmp_path / "launches.tsv").read_text() == "as-is\t0\nstatic_graph\t1\ncuda_graphs=on\t0\n"
+    assert bench_ddp.parse_launches((tmp_path / "launches.tsv").read_text()) == {
+        "as-is": 0, "static_graph": 1, "cuda_graphs=on": 0}
+    assert sorted(p.parent.parent.name for p in scratch.glob("*/checkpoint/ckpt")) == [
+        "as-is", "cuda_graphs=on", "static_graph"]
+    assert (tmp_path / "the-jobs-own" / "ckpt").read_text() == "a finished run"
+
+
+def test_single_bench_launch_keeps_the_jobs_exit_status(tmp_path: Path) -> None:
+    bench = {"scratch": str(tmp_path / "scratch"), "launches": str(tmp_path / "launches.tsv")}
+    single = render(make_settings(), extra={"ddp_variants": None, "bench": bench})
+    script = bench_part(single, tmp_path)
+    script.write_text(script.read_text().replace("CLUSTERKIT_DDP_VARIANT=as-is", "CLUSTERKIT_DDP_VARIANT=static_graph"))
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False,
+                          env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 1  # the job fails as the launch did
+    assert (tmp_path / "launches.tsv").read_text() == "as-is\t1\n"
+    assert (tmp_path / "scratch" / "as-is" / "checkpoint" / "ckpt").exists()
+
+
+def test_launches_file_lines() -> None:
+    text = "as-is\t0\nbucket_cap_mb=1\t137\nbroken line\nstatic_graph\t1\nstatic_graph\t0\n"
+    assert bench_ddp.parse_launches(text) == {"as-is": 0, "bucket_cap_mb=1": 137, "static_graph": 0}
+    assert bench_ddp.bench_paths("/o/clusterkit-ddp-1") == {"scratch": "/o/clusterkit-ddp-1/scratch",
+                                                           "launches": "/o/clusterkit-ddp-1/launches.tsv"}
+
+
+def test_fetched_traces_keep_each_variants_problem(tmp_path: Path) -> None:
+    """The job's folder read back as bench ddp does (find, cat): a cut-short trace fails its variant only."""
+    from cluster_kit.analysis.report import SweepRun, build_report
+    from cluster_kit.errors import CheckFailed
+    from cluster_kit.slurm.runner import LocalRunner
+
+    sweep = DATA / "gloo-sweep-loss"
+    for rank in (0, 1):
+        name = f"as-is.trace-rank{rank}@vm.json"
+        (tmp_path / name).write_bytes(gzip.decompress((sweep / f"{name}.gz").read_bytes()))
+    whole = gzip.decompress((sweep / "bucket_cap_mb=1.trace-rank0@vm.json.gz").read_bytes())
+    (tmp_path / "bucket_cap_mb=1.trace-rank0@vm.json").write_bytes(whole[: len(whole) // 2])  # killed mid-write
+    paths = bench_ddp.bench_paths(str(tmp_path))
+    Path(paths["launches"]).write_text("as-is\t0\nbucket_cap_mb=1\t143\n")
+    runner = LocalRunner()
+    launches = bench_ddp.read_launches(runner, paths["launches"])
+    traces, unreadable = bench_ddp.fetch_traces(runner, str(tmp_path), "5", launches)
+    assert [t.variant for t in traces] == ["as-is", "as-is"]
+    assert list(unreadable) == ["bucket_cap_mb=1"] and "bucket_cap_mb=1.trace-rank0@vm.json: not JSON" in \
+        unreadable["bucket_cap_mb=1"]
+    doc = build_report(traces, "5", run=SweepRun(["as-is", "bucket_cap_mb=1"], launches, unreadable))[0]
+    failed = doc["sweep"][1]
+    assert failed["variant"] == "bucket_cap_mb=1" and failed["step_ms"] is None and failed["exit_code"] == 143
+    assert failed["error"].startswith("its launch exited with 143; ") and "not JSON" in failed["error"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(CheckFailed, match=r"job 5 wrote no profiler traces into \S+/empty "
+                                          r"\(launches: as-is exited 0, bucket_cap_mb=1 exited 143\)"):
+        bench_ddp.fetch_traces(runner, str(empty), "5", launches)
+    assert bench_ddp.read_launches(runner, str(empty / "launches.tsv")) == {}
 
 
 def test_allreduce_json_errors_name_the_file_and_the_fix(tmp_path: Path) -> None:
