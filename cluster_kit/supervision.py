@@ -293,7 +293,8 @@ class Supervision:
     def _excepthook(self, kind: type[BaseException], value: BaseException,
                     tb: TracebackType | None) -> None:
         try:
-            self.write_exception(kind, value, tb)
+            if os.getpid() == self.pid:  # a forked child is not the rank
+                self.write_exception(kind, value, tb)
         finally:
             previous = self._previous_excepthook or sys.__excepthook__
             previous(kind, value, tb)
