@@ -180,6 +180,23 @@ def test_an_uncaught_exception_leaves_its_traceback(tmp_path: Path) -> None:
     assert "Traceback (most recent call last):" in report.text and 'line 4, in load' in report.text
 
 
+def test_a_forked_child_that_raises_leaves_no_file_under_the_ranks_name(tmp_path: Path) -> None:
+    out = run_rank("""
+        import os, sys
+        from cluster_kit import supervision
+        supervision.heartbeat()
+        pid = os.fork()
+        if pid == 0:
+            sys.excepthook(ValueError, ValueError("in the worker"), None)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        supervision.heartbeat()
+        print("parent done")
+    """, tmp_path, RANK="1")
+    assert out.stdout.strip() == "parent done" and "ValueError: in the worker" in out.stderr
+    assert not (tmp_path / "exceptions").exists()
+
+
 def test_a_fatal_signal_leaves_every_threads_stack(tmp_path: Path) -> None:
     out = run_rank("""
         import faulthandler
