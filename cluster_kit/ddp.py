@@ -24,24 +24,55 @@ from the state the caller handed in.
 On a CPU model, when graphs are not requested, or when capture fails, the helper
 runs the same step eagerly and says why in ``reason`` (logged once).
 
+Every step also reports itself to a supervised job's supervisor (:func:`heartbeat`,
+:func:`stop_requested`, :func:`enable_supervision`, from the stdlib-only sibling
+``supervision.py``; no-ops outside a ``resilience:`` job).
+
 torch is imported here and nowhere else in clusterkit. The module imports no other
-clusterkit module, so a trainer on a node without clusterkit installed can load it
-by file path (``importlib.util.spec_from_file_location``).
+clusterkit module than that sibling, so a trainer on a node without clusterkit
+installed can load it by file path (``importlib.util.spec_from_file_location``):
+the sibling is then loaded by path as well.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
+import sys
 import time
 import weakref
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
+
+
+def _load_supervision() -> ModuleType:
+    """``cluster_kit.supervision``, or the file beside this one when this one was loaded by path."""
+    if __package__:
+        from . import supervision
+
+        return supervision
+    alias = "_clusterkit_supervision"  # not cluster_kit.*: an installed clusterkit stays untouched
+    if alias not in sys.modules:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "supervision.py")
+        spec = importlib.util.spec_from_file_location(alias, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[alias] = module
+        spec.loader.exec_module(module)
+    return sys.modules[alias]
+
+
+_supervision = _load_supervision()
+heartbeat: Callable[[], None] = _supervision.heartbeat
+stop_requested: Callable[[], bool] = _supervision.stop_requested
+enable_supervision: Callable[[], Any] = _supervision.enable_supervision
 
 ENV_FLAG = "CLUSTERKIT_CUDA_GRAPHS"
 DDP_MIN_WARMUP = 11  # PyTorch's CUDA graphs notes: DDP needs 11 eager iterations first
@@ -747,7 +778,15 @@ class GraphedStep:
             self.optimizer.step()
 
     def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Run one training step on this batch and return its loss (a new tensor)."""
+        """Run one training step on this batch and return its loss (a new tensor).
+
+        Each step is reported to a supervised job's supervisor (:func:`heartbeat`).
+        """
+        loss = self._run_step(inputs, targets)
+        heartbeat()
+        return loss
+
+    def _run_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         if not self.graphed:
             self._check_micro_batches(inputs, targets, what="the batch's")
             return self._eager_step(inputs, targets)
@@ -808,6 +847,7 @@ def build_step(
     say whether it replays a graph and why not. With ``keep_faster`` (the default)
     the graph is kept only where it beats the eager step, timed on the example batch.
     """
+    enable_supervision()  # a hang in warm-up or capture is diagnosed too
     wanted = graphs_requested() if enabled is None else enabled
     step = GraphedStep(
         model,

@@ -1,8 +1,14 @@
-"""Where a DDP step's time goes, from PyTorch profiler traces (pure: stdlib only).
+"""Where a DDP step's time goes, and who holds a job up (pure: stdlib only).
 
 traces.py reads the Chrome-trace JSON files, steps.py cuts them into ProfilerStep
 windows, intervals.py does the union/overlap arithmetic, collectives.py finds the
 collectives with their sizes and bus bandwidth, breakdown.py adds up each rank's
 step, advice.py says what to change (with the figures behind it), and report.py
-and html.py write it out. Nothing here imports torch, paramiko or subprocess.
+and html.py write it out.
+
+For supervised jobs, flight_recorder.py reads PyTorch Flight Recorder dumps,
+rank_files.py the heartbeats, stacks and exception files ranks leave in the
+control folder, and culprit.py names the rank behind a hang or the first to fail;
+these three also run on Python 3.8 from a zip app inside the job.
+Nothing here imports torch, paramiko or subprocess.
 """

@@ -27,6 +27,14 @@ EDGES = ("cluster_kit.ssh", "cluster_kit.slurm.runner", "cluster_kit.slurm.jobs"
          "cluster_kit.cli", "cluster_kit.app")
 # Runs inside jobs from a zip of itself and `packaging` only (checks/injob.py).
 CHECKS_MAY_IMPORT = ("cluster_kit.checks", "cluster_kit.__init__", "packaging")
+# Run inside jobs with the stdlib only: the trainer side (loaded by path beside ddp.py)
+# and the hang/crash diagnosis the supervisor runs from a zip app: module -> what it may import.
+STDLIB_ONLY = {
+    "supervision": (),
+    "analysis.flight_recorder": (),
+    "analysis.rank_files": ("cluster_kit.analysis.flight_recorder",),
+    "analysis.culprit": ("cluster_kit.analysis.flight_recorder", "cluster_kit.analysis.rank_files"),
+}
 
 
 def imports_of(tree: ast.AST, module: str) -> Iterator[tuple[int, str]]:
@@ -68,6 +76,9 @@ def violations(found: list[tuple[str, ast.AST]]) -> list[str]:
                 problems.setdefault((module, line, "node"), f"{where} (node scripts run where clusterkit is not installed)")
             if module.startswith(PURE) and imported.startswith(EDGES):
                 problems.setdefault((module, line, "pure"), f"{where} (the pure core reaches no edge)")
+            if module in STDLIB_ONLY and top not in _STDLIB and imported not in STDLIB_ONLY[module]:
+                problems.setdefault((module, line, "stdlib"),
+                                    f"{where} (runs inside jobs with the stdlib only)")
             in_checks = module.startswith("checks.") or module == "checks"
             if in_checks and top not in _STDLIB and not imported.startswith(CHECKS_MAY_IMPORT):
                 problems.setdefault((module, line, "checks"),
@@ -95,6 +106,9 @@ def test_the_layout_is_the_documented_one() -> None:
     ("render.environment", "from cluster_kit.ssh import fanout\n", "pure core"),
     ("fleet.facts", "import torch\n", "torch"),
     ("checks.gpu", "import yaml\n", "checks run inside jobs"),
+    ("supervision", "import numpy\n", "stdlib only"),
+    ("analysis.culprit", "from cluster_kit.analysis import traces\n", "stdlib only"),
+    ("analysis.flight_recorder", "from . import rank_files\n", "stdlib only"),
 ])
 def test_a_crossing_is_reported(module: str, source: str, why: str) -> None:
     found = violations([(module, ast.parse(source))])

@@ -158,6 +158,8 @@ def test_module_loads_by_file_path_without_clusterkit() -> None:
         f"spec = importlib.util.spec_from_file_location('ck_ddp', {str(DDP_PY)!r})\n"
         "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
         "assert callable(mod.build_step) and callable(mod.wrap_ddp)\n"
+        "mod.heartbeat(); assert mod.stop_requested() is False\n"
+        "assert mod.heartbeat.__module__ == '_clusterkit_supervision'\n"
         "print(sorted(k for k in sys.modules if k.startswith('cluster_kit')))\n"
     )
     out = subprocess.run(
