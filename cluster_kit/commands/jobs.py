@@ -121,7 +121,8 @@ def job_candidates(app: App, job: Any, settings: dict[str, Any]) -> Any:
         for node, why in candidates.left_out.items():
             app.log(f"not a candidate for the job: {node} ({why})")
     if not candidates.nodes:
-        left = ", ".join(f"{node} ({why})" for node, why in candidates.left_out.items())
+        left = ", ".join(f"{node} ({why})" for node, why in candidates.left_out.items()
+                         if candidates.unchecked.get(node) != routing.UNCHECKED_POOL)
         raise CheckFailed(f"no node Slurm could give this job: {left or 'the partition is empty'}",
                           fix="resume or undrain nodes (clusterkit audit --undrain --apply), or check "
                               "nodes, slurm.partition, slurm.nodelist and slurm.exclude")

@@ -20,7 +20,7 @@ import yaml
 from click.testing import CliRunner
 
 from cluster_kit import docs_reference
-from cluster_kit.analysis.report import build_report
+from cluster_kit.analysis.report import SweepRun, build_report
 from cluster_kit.analysis.traces import load_folder
 from cluster_kit.cli import cli
 from cluster_kit.commands.jobs import submit_document
@@ -317,7 +317,7 @@ def test_the_audit_and_baseline_examples_are_the_code_shape() -> None:
 def test_the_analysis_example_is_the_code_shape() -> None:
     rows = parse_sweep_log((DATA / "allreduce" / "gloo_4proc_cpu.log").read_text())
     cpu, _ = build_report(load_folder(DATA / "traces" / "gloo-straggler"), "4712", rows,
-                          expected_variants=["bucket_cap_mb=1", "static_graph"])
+                          SweepRun(["as-is", "bucket_cap_mb=1", "static_graph"]))
     gpu, _ = build_report(load_folder(DATA / "traces" / "h200-graphed"), "4712")
     real = {**cpu, "ranks": cpu["ranks"] + gpu["ranks"]}
     assert cpu["straggler"] and cpu["advice"] and cpu["sweep"] and cpu["sweep_best"]
