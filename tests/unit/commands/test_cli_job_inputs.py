@@ -7,31 +7,17 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
+import clirun
 import pytest
-from click.testing import CliRunner, Result
+from clirun import ck
 
-from cluster_kit.cli import cli
 from cluster_kit.config.search import builtin_dir
 
+work = clirun.work  # the fixture: an empty folder as cwd and HOME
+
 LOCAL_DEV = builtin_dir("profiles") / "local-dev.yaml"
-
-
-@pytest.fixture
-def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """An empty folder as cwd and HOME, with no CLUSTERKIT_* settings."""
-    for name in ("CLUSTERKIT_PATH", "CLUSTERKIT_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.chdir(tmp_path)
-    yield tmp_path
-
-
-def ck(*args: str) -> Result:
-    """`clusterkit ARGS...` in-process; stdout and stderr kept apart."""
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
 def job_file(folder: Path, text: str) -> Path:

@@ -8,33 +8,19 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
 
+import clirun
 import pytest
-from click.testing import CliRunner, Result
+from clirun import ck
 
-from cluster_kit.cli import cli
 from cluster_kit.config.load import load_profile
 from cluster_kit.config.search import SearchPath, builtin_dir
 
+work = clirun.work  # the fixture: an empty folder as cwd and HOME
+
 BUILTIN_PROFILES = sorted(p.stem for p in builtin_dir("profiles").glob("*.yaml"))
-
-
-@pytest.fixture
-def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """An empty folder as cwd and HOME, with no CLUSTERKIT_* settings."""
-    for name in ("CLUSTERKIT_PATH", "CLUSTERKIT_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.chdir(tmp_path)
-    yield tmp_path
-
-
-def ck(*args: str) -> Result:
-    """`clusterkit ARGS...` in-process; stdout and stderr kept apart."""
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
 def write(path: Path, text: str) -> Path:
