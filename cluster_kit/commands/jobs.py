@@ -375,8 +375,10 @@ def logs(app: App, job_id: str, follow: bool, profile_ref: str | None) -> None:
     offsets: dict[str, int] = {}
     paths = output_files(runner, job_id)
     echo_outputs(runner, paths, offsets)
-    if info.phase == "pending" and not any(offsets.values()):
+    if not any(offsets.values()) and info.phase == "pending":
         click.echo(f"{lifecycle.explain_status(info)}: no output yet", err=True)
+    elif not any(offsets.values()) and info.finished and not follow:
+        click.echo(f"{lifecycle.explain_status(info)}: it wrote no output", err=True)
     if not follow:
         return
     while not info.finished and info.source != "record":

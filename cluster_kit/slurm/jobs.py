@@ -147,7 +147,7 @@ def array_status(job_id: str, tasks: Sequence[JobStatus], source: str) -> JobSta
     running = [t for t in live if t.phase == "running"]
     failed = [t for t in ordered if t.finished and slurm.base_state(t.state) != "COMPLETED"]
     lead = (running or live or failed or list(ordered))[0]
-    nodes = fold([n for t in ordered for n in _expand_nodes(t.nodes)]) if ordered else ""
+    nodes = fold(list(dict.fromkeys(n for t in ordered for n in _expand_nodes(t.nodes)))) if ordered else ""
     return JobStatus(job_id, lead.state, lead.reason, nodes, lead.elapsed, lead.exit_code,
                      None, source, lead.num_nodes, lead.partition, ordered)
 
@@ -298,7 +298,7 @@ def job_output_paths(runner: Runner, job_id: str) -> dict[str, str]:
     records = _scontrol_records(runner, job_id)
     tasks = array_records(records, job_id)
     if tasks:
-        return {task_id: r["StdOut"] for task_id, r in tasks
+        return {task_id: r["StdOut"] for task_id, r in sorted(tasks, key=lambda t: _task_order(t[0]))
                 if r.get("StdOut") and r["ArrayTaskId"].isdigit()}
     record = next((r for r in records if r.get("JobId") == job_id), records[0] if records else None)
     return {job_id: record["StdOut"]} if record and record.get("StdOut") else {}

@@ -46,7 +46,7 @@ class TaskFailure:
         """`rank 3 on n2 exited with exit code 1` (`task` instead of `rank`
         where a task is not one rank, as with torchrun's one task per node)."""
         word = ("rank" if ranks else "task") + ("s" if len(self.tasks) > 1 else "")
-        what = self.what[0].lower() + self.what[1:] if self.exit_code is not None else f"ended: {self.what}"
+        what = self.what[0].lower() + self.what[1:] if self.exit_code is not None else f"died: {self.what}"
         return f"{word} {_fold_ints(self.tasks)} on {self.node} {what}"
 
 
@@ -61,9 +61,10 @@ class OutputVerdict:
 
     @property
     def first_failure(self) -> TaskFailure | None:
-        """The first task that failed on its own (not one srun stopped after it)."""
+        """The first task that failed on its own; None when srun or Slurm stopped
+        every task (a time limit, a cancel): then no task is to blame."""
         own = [f for f in self.failures if not f.collateral]
-        return own[0] if own else (self.failures[0] if self.failures else None)
+        return own[0] if own else None
 
 
 def parse_job_output(text: str) -> OutputVerdict:

@@ -39,9 +39,10 @@ def test_a_rank_raising_reads_as_that_rank_not_exit_code_143() -> None:
 def test_the_time_limit_is_named_and_no_task_is_blamed_for_it_first() -> None:
     verdict = outcome.parse_job_output(text("output_time_limit.out"))
     assert verdict.cause == "TIME LIMIT"
-    assert all(f.collateral for f in verdict.failures)
-    sentence = outcome.explain("5", "TIMEOUT", 143, verdict)
-    assert sentence.startswith("job 5 finished with exit code 143: TIMEOUT (reached its time limit)")
+    assert verdict.failures and all(f.collateral for f in verdict.failures)
+    assert verdict.first_failure is None  # Slurm stopped every rank: none is to blame
+    assert outcome.explain("5", "TIMEOUT", 143, verdict) == (
+        "job 5 finished with exit code 143: TIMEOUT (reached its time limit)")
 
 
 def test_killed_by_a_signal_and_node_failure_and_oom_lines() -> None:
@@ -52,7 +53,7 @@ def test_killed_by_a_signal_and_node_failure_and_oom_lines() -> None:
            "slurmstepd-n1: error: *** JOB 7 ON n1 CANCELLED AT 2026-12-04T04:02:36 DUE TO NODE FAILURE ***\n")
     verdict = outcome.parse_job_output(log)
     assert verdict.first_failure is not None and verdict.first_failure.exit_code is None
-    assert verdict.first_failure.describe() == "rank 0 on n1 ended: Segmentation fault (core dumped)"
+    assert verdict.first_failure.describe() == "rank 0 on n1 died: Segmentation fault (core dumped)"
     assert (verdict.failed_nodes, verdict.oom_kills, verdict.cause) == (("n2",), 2, "NODE FAILURE")
     sentence = outcome.explain("7", "NODE_FAIL", 1, verdict)
     assert "NODE_FAIL (a node failed)" in sentence and "failed node(s): n2" in sentence
