@@ -392,3 +392,27 @@ def logs(app: App, job_id: str, follow: bool, profile_ref: str | None) -> None:
         click.echo(result.explanation, err=True)
         # A job someone cancelled was stopped on purpose: only a failure is an error.
         exit_with(0 if result.state == "CANCELLED" else result.exit_status or 0)
+
+
+@click.command()
+@job_id_arg
+@login_profile_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
+@pass_app
+def diagnose(app: App, job_id: str, profile_ref: str | None, as_json: bool) -> None:
+    """How the job ended (or that it runs), who is to blame, and what to do next."""
+    from cluster_kit.lifecycle.diagnosis import diagnose as build
+
+    doc = build(job_runner(app, profile_ref, job_id), job_id, _launcher(job_id))
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+        return
+    for attempt in doc["attempts"]:
+        click.echo(f"attempt {attempt['attempt']} (job {attempt['slurm_job_id']}, nodes "
+                   f"{attempt['nodes'] or '-'}): {attempt['ended']}")
+        if attempt.get("explanation"):
+            click.echo(f"  {attempt['explanation']}")
+        if attempt.get("culprit"):
+            click.echo(f"  culprit: {attempt['culprit']['evidence']}")
+    for line in doc["advice"]:
+        click.echo(f"advice: {line}")

@@ -59,7 +59,10 @@ def status_or_record(runner: Runner, job_id: str) -> jobs.JobStatus:
             raise
     ended = record.ended or {}
     output = record.outputs.get(job_id) or next(iter(record.outputs.values()), None)
-    return jobs.JobStatus(job_id, str(ended.get("state") or FORGOTTEN), "", "", "", None, output, "record")
+    code = ended.get("exit_status")
+    exit_code = None if not isinstance(code, int) else (
+        slurm.ExitCode(0, code - 128) if code > 128 else slurm.ExitCode(code, 0))
+    return jobs.JobStatus(job_id, str(ended.get("state") or FORGOTTEN), "", "", "", exit_code, output, "record")
 
 
 def job_outcome(runner: Runner, status: jobs.JobStatus, launcher: str = "srun") -> Outcome:

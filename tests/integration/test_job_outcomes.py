@@ -94,6 +94,11 @@ def test_a_rank_that_raises_is_named_with_its_node_and_own_exit_code(
     assert doc["outcome"]["first_failure"] == {"node": "n2", "tasks": [3], "what": "Exited with exit code 7",
                                                "exit_code": 7}
     assert doc["state"] == "FAILED" and doc["exit_status"] == 143
+    diagnosed = json.loads(clusterkit(dev_cluster, "diagnose", job_id, "--json", env=env).stdout)
+    attempt = diagnosed["attempts"][0]
+    assert (diagnosed["state"], attempt["ended"], attempt["nodes"]) == ("FAILED", "crash", "n[1-2]")
+    assert attempt["culprit"]["ranks"] == [3] and attempt["culprit"]["hosts"] == ["n2"]
+    assert attempt["culprit"]["evidence"].startswith("rank 3 on n2 exited with exit code 7")
 
 
 def test_the_time_limit_reads_as_timeout(dev_cluster: Any, folder: Path, env: dict[str, str]) -> None:

@@ -103,3 +103,29 @@ def test_recorded_scontrol_of_the_raised_rank_job_gives_srun_exit_143() -> None:
     assert (status.state, status.exit_status, status.stdout_path) == ("FAILED", 143, "/tmp/try/logs/raise-2.out")
     assert Path(DATA / "output_rank_raised.out").read_text().count("srun: error:") == 3
     assert out("squeue_time_limit").startswith("5|TIMEOUT|TimeLimit|")
+
+
+# ---------------------------------------------------------------- diagnose (one attempt)
+
+
+def test_diagnose_blames_the_rank_that_raised_with_its_last_line() -> None:
+    from cluster_kit.lifecycle import diagnosis
+
+    blamed = diagnosis.culprit("crash", None, text("output_rank_raised.out"), ranks=True)
+    assert blamed == {"ranks": [3], "hosts": ["n2"],
+                      "evidence": "rank 3 on n2 exited with exit code 1; its last line: "
+                                  "RuntimeError: boom on rank 3"}
+    assert diagnosis.advice_for("crash", blamed, "2") == ["read the failing rank's traceback: clusterkit logs 2"]
+
+
+def test_diagnose_blames_no_one_for_a_time_limit() -> None:
+    from cluster_kit.lifecycle import diagnosis
+
+    runner = Replay.of("squeue_time_limit", "scontrol_show_job_time_limit")
+    status = jobs.job_status(runner, "5")
+    assert diagnosis.ended_as(status) == "time_limit"
+    assert diagnosis.culprit("time_limit", None, text("output_time_limit.out"), ranks=True) is None
+    raised = jobs.job_status(Replay.of("squeue_rank_raised", "scontrol_show_job_rank_raised"), "2")
+    assert diagnosis.ended_as(raised) == "crash"
+    running = jobs.job_status(Replay.of("squeue_running"), "22")
+    assert diagnosis.ended_as(running) == "running"
