@@ -85,3 +85,13 @@ def test_render_outside_the_checkout_uses_the_wheels_templates(
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert str(site_packages(clusterkit) / "cluster_kit" / "templates") in done.stderr
     assert str(REPO) not in done.stderr
+
+
+def test_every_module_of_the_package_is_in_the_wheel(installed: tuple[Path, Path, dict[str, str]]) -> None:
+    clusterkit, work, env = installed
+    modules = sorted(".".join(p.relative_to(REPO).with_suffix("").parts)
+                     for p in (REPO / "cluster_kit").rglob("*.py") if p.name != "__main__.py")
+    wheel = site_packages(clusterkit)
+    missing = [m for m in modules if not (wheel / Path(*m.split("."))).with_suffix(".py").exists()]
+    assert missing == [], "add their packages to setup.cfg's packages"
+    run([str(clusterkit), "diagnose", "--help"], work, env)  # the job commands import cluster_kit.lifecycle
