@@ -316,9 +316,10 @@ def _delimited_rows(stdout: str, names: tuple[str, ...], command: str) -> Iterat
             yield fields
 
 
-def is_unknown_job(stderr: str) -> bool:
-    """squeue/scontrol/scancel saying the id names no job it knows."""
-    return "Invalid job id specified" in stderr
+def is_unknown_job(text: str) -> bool:
+    """squeue/scontrol/scancel saying the id names no job it knows (scontrol says
+    `Job 12_5 not found`, on stdout, for a task its array does not have)."""
+    return "Invalid job id specified" in text or re.search(r"^Job \S+ not found$", text, re.MULTILINE) is not None
 
 
 # ---------------------------------------------------------------- sacct

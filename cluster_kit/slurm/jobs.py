@@ -170,7 +170,7 @@ def _expand_nodes(nodes: str) -> list[str]:
 def _scontrol_records(runner: Runner, job_id: str) -> list[dict[str, str]]:
     completed = runner.run(slurm.build_scontrol_show_job(job_id))
     if not completed.ok:
-        if slurm.is_unknown_job(completed.stderr):
+        if slurm.is_unknown_job(completed.stderr + completed.stdout):
             return []
         raise refusal("scontrol show job", completed, runner)
     return slurm.parse_scontrol_show_job(completed.stdout)

@@ -129,3 +129,16 @@ def test_diagnose_blames_no_one_for_a_time_limit() -> None:
     assert diagnosis.ended_as(raised) == "crash"
     running = jobs.job_status(Replay.of("squeue_running"), "22")
     assert diagnosis.ended_as(running) == "running"
+
+
+def test_a_task_its_array_does_not_have_is_an_unknown_job_with_the_fix() -> None:
+    import pytest
+
+    from cluster_kit.errors import ClusterRefused
+
+    runner = Replay.of("squeue_array_task_missing", "scontrol_show_job_array_task_missing",
+                       sacct_disabled=["sacct", "--parsable2", "--noheader", "--jobs=313_5",
+                                       "--format=JobID,State,ExitCode,Elapsed,NodeList,JobName"])
+    with pytest.raises(ClusterRefused, match="does not know job 313_5") as info:
+        jobs.job_status(runner, "313_5")
+    assert info.value.fix
