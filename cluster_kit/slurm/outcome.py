@@ -17,7 +17,7 @@ _TASK_LINE = re.compile(r"^srun: error: (?P<node>[^\s:]+): tasks? (?P<tasks>[\d,
 _EXIT = re.compile(r"Exited with exit code (\d+)")
 # slurmstepd's banner for a job or step it stopped, with the cause when it has one.
 _CANCELLED = re.compile(r"\*\*\* (?:JOB|STEP) (?P<id>\S+) ON (?P<node>\S+) CANCELLED AT (?P<at>\S+)"
-                        r"(?: DUE TO (?P<cause>[A-Z ]+?))?(?: \*\*\*|$)")
+                        r"(?: DUE TO (?P<cause>[A-Z][A-Z ]*[A-Z]))?(?:,| \*\*\*|$)")
 _NODE_FAILURE = re.compile(r"^srun: error: Node failure on (?P<node>\S+)")
 _OOM = re.compile(r"Detected (\d+) oom[_-]kill event")
 # What srun says of tasks it stopped itself after another task failed.

@@ -142,3 +142,16 @@ def test_a_task_its_array_does_not_have_is_an_unknown_job_with_the_fix() -> None
     with pytest.raises(ClusterRefused, match="does not know job 313_5") as info:
         jobs.job_status(runner, "313_5")
     assert info.value.fix
+
+
+def test_a_node_failure_names_the_node_and_blames_no_rank() -> None:
+    # n2 set DOWN under a running 2-node job: srun's and slurmstepd's real lines
+    # (slurmstepd adds ", SEE SLURMCTLD LOG FOR DETAILS"); Slurm then requeued it.
+    verdict = outcome.parse_job_output(text("output_node_failure.out"))
+    assert (verdict.failed_nodes, verdict.cause, verdict.first_failure) == (("n2",), "NODE FAILURE", None)
+    assert outcome.explain("315", "NODE_FAIL", 1, verdict) == (
+        "job 315 finished with exit code 1: NODE_FAIL (a node failed); "
+        "Slurm stopped it due to node failure; failed node(s): n2")
+    requeued = jobs.job_status(Replay.of("squeue_requeued_node_failure",
+                                         "scontrol_show_job_requeued_node_failure"), "315")
+    assert (requeued.state, requeued.reason, requeued.finished) == ("PENDING", "BeginTime", False)
