@@ -1,4 +1,4 @@
-"""Commands about jobs: submit, status, cancel, logs."""
+"""Commands about jobs: submit, status, cancel, logs, diagnose."""
 from __future__ import annotations
 
 import dataclasses
