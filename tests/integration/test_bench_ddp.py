@@ -93,7 +93,7 @@ def test_bench_ddp_names_the_straggler_and_ranks_variants(dev_cluster: Any, tmp_
     assert sorted(rows) == ["as-is", "bucket_cap_mb=1", "static_graph"]
     measured = [v for v in doc["sweep"] if v["step_ms"] is not None]
     assert sorted(v["variant"] for v in measured) == ["as-is", "bucket_cap_mb=1"]
-    assert all(v["step_ms"] > 0 and v["ranks"] == 4 and v["exit_code"] == 0 for v in measured)
+    assert all(v["step_ms"] > 0 and v["ranks"] == 4 and v["exit_code"] == 0 for v in measured), (measured, done.stderr)
     assert measured == sorted(measured, key=lambda v: v["step_ms"]) == doc["sweep"][:2]  # fastest first
     assert doc["sweep_best"]["variant"] == doc["sweep"][0]["variant"]
     # The failed launch is in the report with why, not lost.
