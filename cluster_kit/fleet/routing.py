@@ -148,9 +148,12 @@ def refusal_fix(route: Route, candidates: Candidates) -> str:
     nodes = fold(list(route.excluded))
     failing = [node for node in route.excluded if node not in route.unchecked]
     if route.unchecked and not failing:
-        waiting = fold(list(route.unchecked))
-        return (f"wait until Slurm can use {waiting} again (sinfo -n {waiting}) and submit again, "
-                f"ask for at most {route.healthy} node(s), or submit with --no-preflight")
+        waiting = [n for n in route.unchecked if candidates.unchecked.get(n) == UNCHECKED_STATE]
+        outside = [n for n in route.unchecked if n not in waiting]
+        steps = [f"wait until Slurm can use {fold(waiting)} again (sinfo -n {fold(waiting)}) and submit again"
+                 ] if waiting else []
+        steps += [f"add {fold(outside)} to the profile's nodes"] if outside else []
+        return ", ".join(steps) + f", ask for at most {route.healthy} node(s), or submit with --no-preflight"
     if candidates.required:
         return f"remove {nodes} from slurm.nodelist, or fix them (clusterkit preflight --nodes {nodes})"
     if route.refusal and route.refusal.startswith("--strict"):

@@ -145,7 +145,18 @@ def build_context(
             "master_port_span": MASTER_PORT_SPAN,
         },
         "preflight": build_preflight(settings, probe_source, checks_source),
+        "supervisor": _supervisor(settings),
     }
+
+
+def _supervisor(settings: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The supervisor of a job with `resilience:`: its options and its zip app as a heredoc."""
+    from cluster_kit.render.resilience import supervisor_context
+
+    context = supervisor_context(settings)
+    if context is None:
+        return None
+    return {"args": context["args"], "bundle": build_heredoc(context["source"], "CLUSTERKIT_SUPERVISOR")}
 
 
 def render_script(

@@ -11,6 +11,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Union
 
+from cluster_kit.slurm.outcome import base_state
+
 OptionValue = Union[str, int, float, bool, None]  # noqa: UP007 (evaluated at run time; Python 3.9)
 
 # Delimiter of the squeue/sinfo formats below; free text (job name, reason) goes last.
@@ -49,12 +51,6 @@ TERMINAL_STATES = frozenset({
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
     "PREEMPTED", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED",
 })
-
-
-def base_state(text: str) -> str:
-    """`CANCELLED by 0` (sacct) or `RUNNING` -> the bare upper-case state name."""
-    words = text.split()
-    return words[0].rstrip("+").upper() if words else ""
 
 
 def job_phase(state: str) -> str:

@@ -92,6 +92,12 @@ def parse_job_output(text: str) -> OutputVerdict:
     return OutputVerdict(tuple(failures), cause, tuple(failed_nodes), oom)
 
 
+def base_state(text: str) -> str:
+    """`CANCELLED by 0` (sacct) or `RUNNING` -> the bare upper-case state name."""
+    words = text.split()
+    return words[0].rstrip("+").upper() if words else ""
+
+
 # Slurm's terminal job states that need words beside the state's name.
 STATE_WORDS = {
     "TIMEOUT": "reached its time limit",
@@ -108,8 +114,6 @@ def explain(job_id: str, state: str, exit_status: int | None, verdict: OutputVer
     """One sentence on how the job ended: its exit code, Slurm's state, and the
     first failing task with its own exit code or signal (`job 44 finished with
     exit code 143: FAILED; first failure: rank 3 on n2 exited with exit code 1`)."""
-    from cluster_kit.slurm.builders import base_state
-
     name = base_state(state) or "UNKNOWN"
     words = f" ({STATE_WORDS[name]})" if name in STATE_WORDS else ""
     code = f"finished with exit code {exit_status}" if exit_status is not None else "ended"

@@ -126,6 +126,9 @@ SPECS = {
     "gpu-powercap": degraded(ib_node(4, 8), gpu={i: {"clocks_event_reasons.active": "0x0000000000000004"}
                                                  for i in range(8)},
                              dmesg=[(900, XID_13)], throttle_names=True),
+    # Last, so that the nodes above keep their GUIDs: a third Slurm node, where a
+    # 2-node job goes when a restart leaves its culprit out.
+    "n3": ib_node(2, 4),
 }
 
 

@@ -42,7 +42,7 @@ def test_slurm_nodes_are_idle_with_four_gpus(dev_cluster: DevCluster) -> None:
     done = subprocess.run(["sinfo", "-h", "-N", "-p", "debug", "-o", "%N %t %G %c"],
                           capture_output=True, text=True, check=True, env=dev_cluster.slurm_env())
     rows = sorted(line.split() for line in done.stdout.splitlines())
-    assert [row[0] for row in rows] == ["n1", "n2"]
+    assert [row[0] for row in rows] == ["n1", "n2", "n3"]
     for name, state, gres, cpus in rows:
         assert state in ("idle", "mix", "alloc"), name
         assert gres == "gpu:4" and cpus == "8"
@@ -74,7 +74,7 @@ def test_fake_node_has_its_own_hostname_and_gpus(dev_cluster: DevCluster, node: 
     out = sh(dev_cluster, node, "hostname; nvidia-smi --query-gpu=name,driver_version "
              "--format=csv,noheader; nvidia-smi | grep -o 'CUDA Version: [0-9.]*'")
     lines = out.splitlines()
-    gpus = 4 if node in ("n1", "n2") else 8
+    gpus = 4 if node in ("n1", "n2", "n3") else 8
     assert lines[0] == node
     assert lines[1:1 + gpus] == ["NVIDIA H100 80GB HBM3, 550.54.15"] * gpus
     assert lines[-1] == "CUDA Version: 12.4"

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "cluster_kit"
 # Which modules may import what (module paths relative to cluster_kit/, as dotted names).
 RULES = {
     "paramiko": lambda module: module.startswith("ssh."),
-    "subprocess": lambda module: module == "slurm.runner" or module.startswith("node."),
+    "subprocess": lambda module: module in ("slurm.runner", "supervisor.job") or module.startswith("node."),
     "torch": lambda module: module in ("ddp", "node.allreduce_sweep"),
 }
 # The pure core: text and data in, text and data out; no edge module, not even lazily.
@@ -34,6 +34,13 @@ STDLIB_ONLY = {
     "analysis.flight_recorder": (),
     "analysis.rank_files": ("cluster_kit.analysis.flight_recorder",),
     "analysis.culprit": ("cluster_kit.analysis.flight_recorder", "cluster_kit.analysis.rank_files"),
+    "slurm.outcome": (),
+    "supervisor": (),
+    "supervisor.record": (),
+    "supervisor.decide": ("cluster_kit.supervisor.record",),
+    "supervisor.job": ("cluster_kit.analysis", "cluster_kit.analysis.culprit", "cluster_kit.analysis.rank_files",
+                       "cluster_kit.slurm", "cluster_kit.slurm.outcome", "cluster_kit.supervisor",
+                       "cluster_kit.supervisor.decide", "cluster_kit.supervisor.record"),
 }
 
 

@@ -71,7 +71,7 @@ def bench_part(script: str, tmp_path: Path) -> Path:
     stand_in = (
         'clusterkit_launch() {\n'
         '  if [ -e "$CLUSTERKIT_CHECKPOINT_DIR/ckpt" ]; then echo "$CLUSTERKIT_DDP_VARIANT skipped"; return 0; fi\n'
-        '  echo "$CLUSTERKIT_DDP_VARIANT graphs=${CLUSTERKIT_CUDA_GRAPHS:-} scratch=$CLUSTERKIT_SCRATCH_DIR"\n'
+        '  echo "$CLUSTERKIT_DDP_VARIANT graphs=${CLUSTERKIT_CUDA_GRAPHS:-} scratch=$CLUSTERKIT_SCRATCH_DIR port=$MASTER_PORT"\n'
         '  : >"$CLUSTERKIT_CHECKPOINT_DIR/ckpt"\n'
         '  [ "$CLUSTERKIT_DDP_VARIANT" != static_graph ]\n'
         '}\n')
@@ -85,7 +85,7 @@ def test_sweep_loop_goes_on_after_a_failing_variant_in_fresh_scratch(tmp_path: P
     bench = {"scratch": str(tmp_path / "scratch"), "launches": str(tmp_path / "launches.tsv")}
     swept = render(make_settings(), extra={"ddp_variants": ["as-is", "static_graph", "cuda_graphs=on"],
                                            "bench": bench})
-    env = {"PATH": "/usr/bin:/bin", "CLUSTERKIT_CUDA_GRAPHS": "0",
+    env = {"PATH": "/usr/bin:/bin", "CLUSTERKIT_CUDA_GRAPHS": "0", "MASTER_PORT": "29500",
            "CLUSTERKIT_CHECKPOINT_DIR": str(tmp_path / "the-jobs-own")}
     (tmp_path / "the-jobs-own").mkdir()
     (tmp_path / "the-jobs-own" / "ckpt").write_text("a finished run")
@@ -93,9 +93,10 @@ def test_sweep_loop_goes_on_after_a_failing_variant_in_fresh_scratch(tmp_path: P
                           check=False, env=env)
     assert done.returncode == 0, done.stderr
     scratch = tmp_path / "scratch"
-    assert done.stdout.splitlines() == [f"as-is graphs=0 scratch={scratch}/as-is",
-                                        f"static_graph graphs=0 scratch={scratch}/static_graph",
-                                        f"cuda_graphs=on graphs=1 scratch={scratch}/cuda_graphs=on"]
+    # each launch on a port of its own: the last one's store may still hold its port
+    assert done.stdout.splitlines() == [f"as-is graphs=0 scratch={scratch}/as-is port=29500",
+                                        f"static_graph graphs=0 scratch={scratch}/static_graph port=29501",
+                                        f"cuda_graphs=on graphs=1 scratch={scratch}/cuda_graphs=on port=29502"]
     assert done.stderr.strip() == "clusterkit: DDP variant static_graph exited with 1"
     assert (tmp_path / "launches.tsv").read_text() == "as-is\t0\nstatic_graph\t1\ncuda_graphs=on\t0\n"
     assert bench_ddp.parse_launches((tmp_path / "launches.tsv").read_text()) == {
@@ -111,7 +112,7 @@ def test_single_bench_launch_keeps_the_jobs_exit_status(tmp_path: Path) -> None:
     script = bench_part(single, tmp_path)
     script.write_text(script.read_text().replace("CLUSTERKIT_DDP_VARIANT=as-is", "CLUSTERKIT_DDP_VARIANT=static_graph"))
     done = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False,
-                          env={"PATH": "/usr/bin:/bin"})
+                          env={"PATH": "/usr/bin:/bin", "MASTER_PORT": "29500"})
     assert done.returncode == 1  # the job fails as the launch did
     assert (tmp_path / "launches.tsv").read_text() == "as-is\t1\n"
     assert (tmp_path / "scratch" / "as-is" / "checkpoint" / "ckpt").exists()

@@ -219,3 +219,12 @@ def test_launch_shape(launcher: str, gpus: Any, ntasks: Any, cpus: Any, shape: t
     got = launch_shape({"launcher": launcher, "gpus_per_node": gpus, "ntasks_per_node": ntasks,
                         "slurm": {"cpus_per_task": cpus}})
     assert (got.tasks_per_node, got.workers_per_node, got.cpus_per_task) == shape
+
+
+def test_a_node_outside_the_profile_is_to_be_added_not_waited_for() -> None:
+    rows = slurm.parse_sinfo_nodes(out("sinfo_nodes_not_responding"))  # n1 idle, n2 idle*
+    candidates = routing.candidate_nodes(["n1"], rows)  # a profile that lists only n1
+    got = routing.plan_route(candidates, report(node("n1", "pass")), 2)
+    assert candidates.unchecked == {"n2": routing.UNCHECKED_POOL}
+    assert routing.refusal_fix(got, candidates) == (
+        "add n2 to the profile's nodes, ask for at most 1 node(s), or submit with --no-preflight")

@@ -1,0 +1,14 @@
+"""The supervisor of a job with `resilience:`: it runs in the batch script.
+
+It starts the attempt's launch (srun or torchrun), watches every rank's heartbeat
+in the control folder, and ends the attempt on a hang (after gathering each rank's
+stack and Flight Recorder dump and naming the rank(s) behind), a crash, a failed
+node, the grace signal or a cancel. It then submits the next attempt without the
+blamed nodes, or ends the chain. Every attempt goes into `attempts.json` in the
+job's record folder (`<folder of the job's output>/clusterkit-<first job id>/`).
+
+record.py owns the attempts record (read by the CLI too), decide.py the pure
+decisions (hang, how an attempt ended, what comes next), job.py the process
+(subprocess, signals), bundle.py the zip app that travels in the batch script.
+Everything but bundle.py runs inside the job on the stdlib, Python 3.8+.
+"""

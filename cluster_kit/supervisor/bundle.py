@@ -1,0 +1,31 @@
+"""The supervisor as a zip app (base64 text) for the batch script.
+
+It holds the supervisor package and the stdlib modules of the diagnosis it runs
+(analysis.flight_recorder, rank_files, culprit and slurm.outcome), each package
+with an empty `__init__`: nothing else of clusterkit is needed on the nodes.
+"""
+import base64
+import io
+import zipfile
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent
+MODULES = ("supervisor/__init__.py", "supervisor/record.py", "supervisor/decide.py", "supervisor/job.py",
+           "analysis/flight_recorder.py", "analysis/rank_files.py", "analysis/culprit.py", "slurm/outcome.py")
+MAIN = "import sys\nfrom cluster_kit.supervisor.job import main\nsys.exit(main())\n"
+
+
+def build_bundle() -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("__main__.py", MAIN)
+        for package in ("cluster_kit", "cluster_kit/analysis", "cluster_kit/slurm"):
+            zf.writestr(f"{package}/__init__.py", "")
+        for name in MODULES:
+            zf.write(PACKAGE / name, f"cluster_kit/{name}")
+    return buf.getvalue()
+
+
+def supervisor_source() -> str:
+    """The bundle as base64 text in 76-column lines, for a quoted heredoc."""
+    return base64.encodebytes(build_bundle()).decode("ascii")

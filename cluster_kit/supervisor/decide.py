@@ -1,0 +1,118 @@
+"""What the supervisor decides, from what it saw (pure: stdlib only, Python 3.8+).
+
+- HangClock: when each rank last finished a step, and which ranks stalled past
+  `hang_timeout`. The clock of a rank starts at its first heartbeat, or at the
+  first heartbeat of any rank for one that has none yet; before any rank finished
+  a step (imports, rendezvous, loading a checkpoint) the attempt has
+  `max(hang_timeout, STARTUP_S)`.
+- attempt_end: how an attempt ended (SPEC's words) and who is blamed.
+- next_step: restart without the blamed nodes, requeue after the time limit, or
+  end the chain, within `max_restarts` / `max_time_requeues`.
+"""
+from .record import FAILURES, REQUEUES, count, excluded_nodes
+
+STARTUP_S = 600.0
+
+
+class HangClock:
+    def __init__(self, world_size, hang_timeout, started):
+        self.world_size = world_size
+        self.hang_timeout = float(hang_timeout)
+        self.started = started
+        self.first_beat = None
+        self.progress = {}  # rank -> (steps, unix time of its last finished step)
+
+    def observe(self, rank, steps, when):
+        """A heartbeat: `steps` finished, the last at `when`."""
+        if self.first_beat is None:
+            self.first_beat = when
+        seen = self.progress.get(rank)
+        if seen is None or steps != seen[0]:
+            self.progress[rank] = (steps, max(when, self.started))
+
+    def since(self, rank):
+        """When the rank's clock started: its last finished step, else the first beat."""
+        seen = self.progress.get(rank)
+        return seen[1] if seen else (self.first_beat if self.first_beat is not None else self.started)
+
+    def stalled(self, now):
+        """The ranks that finished no step for longer than allowed, at `now`."""
+        limit = self.hang_timeout if self.first_beat is not None else max(self.hang_timeout, STARTUP_S)
+        return [r for r in range(self.world_size) if now - self.since(r) > limit]
+
+    def stalled_since(self, ranks):
+        return min(self.since(r) for r in ranks) if ranks else self.started
+
+
+def culprit_of(ranks, hosts, evidence):
+    return {"ranks": sorted(ranks), "hosts": sorted(set(h for h in hosts if h)), "evidence": evidence}
+
+
+def attempt_end(exit_code, hang=None, grace=False, cancelled=False, crash=None, first_task=None,
+                failed_nodes=()):
+    """(ended, culprit or None) for an attempt whose launch exited with `exit_code`.
+
+    `hang`: the culprit dict of a diagnosed hang; `crash`: analysis.culprit.Crash from
+    the ranks' exception files; `first_task`: slurm.outcome.TaskFailure, srun's first
+    own failure; `failed_nodes`: nodes srun or Slurm said failed.
+    """
+    if cancelled:
+        return "cancelled", None
+    if hang is not None:
+        return "hang", hang
+    if grace:
+        return "time_limit", None
+    if exit_code == 0:
+        return "completed", None
+    if failed_nodes:
+        nodes = sorted(set(failed_nodes))
+        return "node_failure", culprit_of([], nodes, "Slurm reports node %s failed" % ", ".join(nodes))
+    if crash is not None:
+        return "crash", culprit_of([crash.rank], [crash.host] if crash.host else _task_nodes(first_task),
+                                   crash.evidence)
+    if first_task is not None:
+        return "crash", culprit_of(first_task.tasks, [first_task.node], first_task.describe())
+    return "crash", culprit_of([], [], "the launch exited with %s and no rank said why" % exit_code)
+
+
+def _task_nodes(first_task):
+    return [first_task.node] if first_task is not None else []
+
+
+def next_step(record, ended, culprit, resilience, exit_code):
+    """{"action": "restart"|"finish", "exclude": [...], "exit_code": N, "why": "..."}.
+
+    Call it with the attempt that just ended already in `record` (its `ended` set).
+    """
+    excluded = excluded_nodes(record)
+    if ended == "completed":
+        return _finish(0, "completed")
+    if ended == "cancelled":
+        return _finish(exit_code or 1, "cancelled")
+    if ended in REQUEUES:
+        used, allowed = count(record, REQUEUES), int(resilience["max_time_requeues"])
+        if used > allowed:
+            return _finish(1, "%s, and max_time_requeues (%d) are used up" % (_words(ended), allowed))
+        return {"action": "restart", "exclude": excluded, "exit_code": exit_code,
+                "why": "%s: requeued without blame (%d of max_time_requeues %d)" % (_words(ended), used, allowed)}
+    used, allowed = count(record, FAILURES), int(resilience["max_restarts"])
+    if used > allowed:
+        return _finish(1, "%s, and max_restarts (%d) are used up" % (_words(ended), allowed))
+    blamed = [h for h in (culprit or {}).get("hosts", []) if h not in excluded]
+    if resilience.get("exclude", "blamed") == "blamed":
+        excluded = excluded + blamed
+    without = " without %s" % ",".join(excluded) if excluded else ""
+    return {"action": "restart", "exclude": excluded, "exit_code": exit_code or 1,
+            "why": "%s: restart %d of max_restarts %d%s" % (_words(ended), used, allowed, without)}
+
+
+def _finish(exit_code, why):
+    return {"action": "finish", "exclude": [], "exit_code": exit_code, "why": why}
+
+
+WORDS = {"hang": "a hang", "crash": "a crash", "node_failure": "a node failure",
+         "time_limit": "the time limit", "preempted": "preemption"}
+
+
+def _words(ended):
+    return WORDS.get(ended, ended)

@@ -1,0 +1,126 @@
+"""A DDP job that keeps training: it checkpoints, resumes, and stops when told.
+
+Run under a job with `resilience:` (examples/cpu-resilient.yaml). Each rank:
+
+- resumes from `$CLUSTERKIT_CHECKPOINT_DIR/train_resilient.pt` when it is there
+  (model, optimizer and the step to go on from);
+- calls `cluster_kit.ddp.heartbeat()` once a step, so the supervisor sees progress;
+- saves a checkpoint every `--checkpoint-every` steps (rank 0, written whole:
+  a temporary file, then a rename), and at once when `stop_requested()` turns
+  True on any rank (the grace signal before the time limit);
+- writes the final weights to `--weights-out` (rank 0) when all steps are done.
+
+The batch of every (step, rank) is drawn from its own seed, so a run that was
+interrupted and resumed trains on the same data as one that was not.
+
+Faults to try the supervisor with, planted in attempt 0 only
+(`CLUSTERKIT_ATTEMPT`): `--hang-rank R --fault-step S` (rank R stops in
+`load_batch` at step S, the others wait in DDP's all-reduce) and `--raise-rank R
+--fault-step S` (rank R raises at step S).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from cluster_kit import ddp
+
+CHECKPOINT_NAME = "train_resilient.pt"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=40, help="training steps in all")
+    parser.add_argument("--step-seconds", type=float, default=0.0, help="extra time each step takes")
+    parser.add_argument("--checkpoint-every", type=int, default=5, help="steps between checkpoints")
+    parser.add_argument("--weights-out", default="", help="rank 0 writes the final weights here (torch.save)")
+    parser.add_argument("--hang-rank", type=int, default=None, help="this rank hangs at --fault-step (attempt 0)")
+    parser.add_argument("--raise-rank", type=int, default=None, help="this rank raises at --fault-step (attempt 0)")
+    parser.add_argument("--fault-step", type=int, default=10, help="the step of the planted fault")
+    return parser.parse_args()
+
+
+def load_batch(step: int, rank: int, hang: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's batch of `step`; with `hang`, it never comes (a stuck data loader)."""
+    while hang:
+        time.sleep(0.5)
+    generator = torch.Generator().manual_seed(1000 * step + rank)
+    return torch.randn(16, 32, generator=generator), torch.randn(16, 1, generator=generator)
+
+
+def checkpoint_path() -> str:
+    return os.path.join(os.environ.get("CLUSTERKIT_CHECKPOINT_DIR", "."), CHECKPOINT_NAME)
+
+
+def save(model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
+    """Rank 0 writes the checkpoint whole; every rank waits until it is there."""
+    if dist.get_rank() == 0:
+        path = checkpoint_path()
+        torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict()},
+                   path + ".tmp")
+        os.replace(path + ".tmp", path)
+        print(f"checkpoint: step {step} -> {path}", flush=True)
+    dist.barrier()
+
+
+def resume(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """The step to go on from: the checkpoint's, or 0."""
+    path = checkpoint_path()
+    if not os.path.exists(path):
+        return 0
+    state = torch.load(path, weights_only=True)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    return int(state["step"])
+
+
+def stop_everywhere() -> bool:
+    """True on every rank once any rank was told to stop."""
+    flag = torch.tensor([1.0 if ddp.stop_requested() else 0.0])
+    dist.all_reduce(flag)
+    return bool(flag.item())
+
+
+def main() -> int:
+    args = parse_args()
+    dist.init_process_group("gloo", init_method="env://", timeout=timedelta(minutes=10))
+    rank = dist.get_rank()
+    attempt = int(os.environ.get("CLUSTERKIT_ATTEMPT", "0"))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.Tanh(), nn.Linear(64, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    start = resume(model, optimizer)
+    print(f"rank {rank}: attempt {attempt} starts at step {start} of {args.steps}", flush=True)
+    wrapped = nn.parallel.DistributedDataParallel(model)
+    for step in range(start, args.steps):
+        if attempt == 0 and step == args.fault_step and rank == args.raise_rank:
+            raise RuntimeError(f"rank {rank}: planted fault at step {step}")
+        hang = attempt == 0 and step == args.fault_step and rank == args.hang_rank
+        inputs, targets = load_batch(step, rank, hang)
+        optimizer.zero_grad()
+        nn.functional.mse_loss(wrapped(inputs), targets).backward()
+        optimizer.step()
+        ddp.heartbeat()
+        time.sleep(args.step_seconds)
+        done = step + 1
+        if stop_everywhere():
+            save(model, optimizer, done)
+            print(f"rank {rank}: stopped at step {done} for the time limit", flush=True)
+            return 0
+        if done % args.checkpoint_every == 0:
+            save(model, optimizer, done)
+    if rank == 0 and args.weights_out:
+        torch.save(model.state_dict(), args.weights_out)
+    print(f"rank {rank}: trained {args.steps} steps", flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
