@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cluster_kit.config import specs, vocab
+from cluster_kit.config import spec, specs, vocab
 from cluster_kit.config.launch import default_tasks_per_node
 from cluster_kit.config.search import _looks_like_path
 from cluster_kit.config.validators import asks_no_gpus
@@ -27,9 +27,11 @@ def effective(job: Job) -> dict[str, Any]:
     Job values win over the profile's: `gpus_per_node`, `time`, `slurm`, `nccl`
     (any network key, plus `debug`), `env` (merged over the profile's env).
     `gpus_per_node: 0` asks for no GPUs: the profile's other GPU requests are
-    dropped and `expect` no longer demands GPUs (`cpu_job_expect`).
+    dropped and `expect` no longer demands GPUs (`cpu_job_expect`). A job with
+    `resilience:` gets the sbatch options its supervisor needs (`supervised_sbatch`).
     """
     j, p = job.data, job.profile.data
+    resilience = effective_resilience(j.get("resilience"), j["workdir"])
     gpus = _first(j.get("gpus_per_node"), j["slurm"].get("gpus_per_node"),
                   p["slurm"].get("gpus_per_node"))
     return {
@@ -47,11 +49,12 @@ def effective(job: Job) -> dict[str, Any]:
         "cuda_graphs": j["cuda_graphs"],
         "template": job_template(j["template"], job.path),
         "master_port": j["master_port"],
-        "slurm": _effective_slurm(p["slurm"], j["slurm"], j.get("time"), asks_no_gpus(gpus)),
+        "slurm": _effective_slurm(p["slurm"], j["slurm"], j.get("time"), asks_no_gpus(gpus), resilience),
         "network": _effective_network(p["network"], j["nccl"]),
         "environment": _effective_environment(p["environment"], job_environment(job)),
         "expect": cpu_job_expect(p["expect"]) if asks_no_gpus(gpus) else dict(p["expect"]),
         "container": j.get("container"),
+        "resilience": resilience,
     }
 
 
@@ -81,17 +84,45 @@ def _tasks_per_node(job: Mapping[str, Any], profile: Mapping[str, Any], gpus: An
     return default_tasks_per_node(job["launcher"], gpus)
 
 
-def _effective_slurm(profile: Mapping[str, Any], job: Mapping[str, Any],
-                     job_time: Any, no_gpus: bool) -> dict[str, Any]:
+def _effective_slurm(profile: Mapping[str, Any], job: Mapping[str, Any], job_time: Any,
+                     no_gpus: bool, resilience: Mapping[str, Any] | None) -> dict[str, Any]:
     out: dict[str, Any] = {key: _first(job.get(key), profile.get(key)) for key in _SLURM_KEYS}
     out["time"] = _first(job_time, job.get("time"), profile.get("time"))
     for key in ("mem", "time"):
         out[key] = None if out[key] is None else str(out[key])
-    extra = {**_sbatch_extra(profile), **_sbatch_extra(job)}
+    extra = {**_sbatch_extra(profile), **supervised_sbatch(resilience), **_sbatch_extra(job)}
     if no_gpus:
         extra = _without_gpu_requests(extra)
     out["extra"] = {option: value for option, value in extra.items() if value is not None}
     return out
+
+
+def effective_resilience(resilience: Mapping[str, Any] | None, workdir: str | None) -> dict[str, Any] | None:
+    """The job's `resilience:` with every key (None: off). A relative `checkpoint_dir`
+    starts at the workdir when the job sets one, else stays as written: where sbatch
+    ran, as `output` does."""
+    if resilience is None:
+        return None
+    filled = spec.with_defaults(dict(resilience), specs.RESILIENCE)
+    out = {key: filled[key] for key in specs.RESILIENCE.fields}
+    folder = out["checkpoint_dir"]
+    if folder is not None and workdir and not posixpath.isabs(folder):
+        out["checkpoint_dir"] = posixpath.join(workdir, folder)
+    return out
+
+
+def supervised_sbatch(resilience: Mapping[str, Any] | None) -> dict[str, str]:
+    """The sbatch options of a job with `resilience:` (dashed, as `slurm.extra`).
+
+    `signal`: USR1 to the batch shell, where the supervisor runs, `grace` seconds
+    before the time limit (none with grace 0). `no-kill`: the allocation outlives a
+    failed node, so the supervisor can blame it and restart without it. The job's
+    own slurm options are merged over these; the profile's are not.
+    """
+    if resilience is None:
+        return {}
+    out = {"signal": f"B:USR1@{resilience['grace']}"} if resilience["grace"] > 0 else {}
+    return {**out, "no-kill": ""}
 
 
 def _without_gpu_requests(extra: Mapping[str, str | None]) -> dict[str, str | None]:

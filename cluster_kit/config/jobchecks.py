@@ -1,6 +1,6 @@
 """Problems of a job file that need more than its own keys' rules: the job and its
 profile together (how many nodes the profile lists), or two keys of the job that
-contradict each other (no GPUs, yet a GPU request).
+contradict each other (no GPUs, yet a GPU request; a grace not below the time limit).
 
 Each check takes the job file's data as loaded (values may still have the wrong
 type: the schema reports those) and returns (key path, message) pairs, reported
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from cluster_kit.config import spec, specs, vocab
-from cluster_kit.config.validators import asks_no_gpus
+from cluster_kit.config.validators import asks_no_gpus, time_limit_seconds
 
 if TYPE_CHECKING:
     from cluster_kit.config.load import Profile
@@ -72,3 +72,40 @@ def _slurm_options(slurm: Mapping[str, Any]) -> list[tuple[tuple[str, ...], Any]
         pairs += [(("slurm", "sbatch", str(key)), value) for key, value in extra.items()]
     return [(path, value) for path, value in pairs if value is not None and value is not False]
 
+
+def check_grace(job: Mapping[str, Any], profile: Profile | None) -> list[spec.Problem]:
+    """`resilience.grace` at or above the job's time limit: the ranks would be told to
+    checkpoint as soon as they start, attempt after attempt."""
+    resilience = job.get("resilience")
+    if not isinstance(resilience, Mapping):
+        return []
+    grace_spec = specs.RESILIENCE.fields["grace"]
+    assert isinstance(grace_spec, spec.Field)
+    grace = resilience.get("grace", grace_spec.default)
+    limit = _time_limit(job, profile)
+    if grace_spec.check(grace) is not None or limit is None or grace < limit[0]:
+        return []  # a bad grace is the schema's problem, reported at its line
+    seconds, source = limit
+    given = "grace" in resilience
+    return [(("resilience", "grace") if given else ("resilience",),
+             (f"resilience.grace: {grace}{'' if given else ' (the default)'} is not below the job's time "
+              f"limit of {seconds} seconds ({source}); the ranks would be told to checkpoint as soon as "
+              f"they start; fix: a grace below {seconds} seconds (e.g. grace: {seconds // 2}), or a "
+              "longer time limit"))]
+
+
+def _time_limit(job: Mapping[str, Any], profile: Profile | None) -> tuple[int, str] | None:
+    """The job's time limit in seconds and where it is set (the job's `time`, its
+    `slurm.time`, else the profile's), or None without a limit."""
+    slurm: Mapping[str, Any] = job["slurm"] if isinstance(job.get("slurm"), Mapping) else {}
+    if job.get("time") is not None:
+        value, source = job["time"], f"time: {job['time']!r}"
+    elif slurm.get("time") is not None:
+        value, source = slurm["time"], f"slurm.time: {slurm['time']!r}"
+    elif profile is not None:
+        value = profile.data["slurm"].get("time")
+        source = f"the profile's slurm.time: {value!r}, {profile.where('slurm', 'time')}"
+    else:
+        return None
+    seconds = time_limit_seconds(value)
+    return None if seconds is None else (seconds, source)

@@ -62,8 +62,9 @@ def rule_json(check: Any) -> dict[str, Any]:
 
 
 def section_schema(spec: config_spec.Section, kind: str, path: tuple[str, ...]) -> dict[str, Any]:
-    """An object with named properties; other keys only as the section's `extra` allows."""
-    out: dict[str, Any] = {"type": "object",
+    """An object with named properties; other keys only as the section's `extra` allows
+    (and null, for a section that may be written `key: null`)."""
+    out: dict[str, Any] = {"type": ["object", "null"] if spec.nullable else "object",
                            "properties": {key: node_schema(sub, kind, path + (key,))
                                           for key, sub in spec.fields.items()}}
     if spec.extra is None:

@@ -76,6 +76,7 @@ class Section:
     """A mapping with named keys; other keys go to `extra` or are errors.
 
     `present=False` keeps an absent section absent (`login`: absent = run locally).
+    `nullable=True` also accepts `key: null`, which then means the same as absent.
     `fill=False` leaves absent keys absent (the job's `nccl` overrides only what it names).
     `extra_hint` is how the valid-keys list describes what `extra` accepts.
     `extra_accepts(key)` says whether a key that is not a field belongs to `extra`.
@@ -85,6 +86,7 @@ class Section:
     extra: MapOf | None = None
     extra_hint: str = ""
     present: bool = True
+    nullable: bool = False
     fill: bool = True
     suggest_from: tuple[str, ...] = ()
     extra_accepts: Callable[[Any], bool] = lambda key: True
@@ -144,7 +146,7 @@ def _check_node(value: Any, spec: Spec, path: KeyPath, problems: list[Problem]) 
     if isinstance(spec, Section):
         if isinstance(value, dict):
             _check_section(value, spec, path, problems)
-        else:
+        elif not (value is None and spec.nullable):
             _report(problems, path, f"expected a mapping of keys, got {_got(value)}")
     elif isinstance(spec, MapOf):
         _check_map(value, spec, path, problems)

@@ -12,9 +12,11 @@ from cluster_kit.config.validators import (
     IFNAME_CHARS,
     NAME_CHARS,
     PATH_CHARS,
+    SIGNAL_TIME_MAX,
     absolute_path,
     arg,
     boolean,
+    cluster_path,
     container_image,
     container_mount,
     dotted_version,
@@ -227,6 +229,18 @@ JOB_NCCL = Section({**NETWORK_FIELDS, "debug": Field(one_of("VERSION", "WARN", "
                    fill=False)
 
 
+# A job that keeps training (`resilience:`): any key, or `resilience: {}`, turns on its
+# supervisor; absent or null leaves it off.
+RESILIENCE = Section({
+    "max_restarts": Field(integer(lo=0), 3),
+    "hang_timeout": Field(positive_number(), 300),
+    "exclude": Field(one_of("blamed", "never"), "blamed"),
+    "grace": Field(integer(0, SIGNAL_TIME_MAX), 120),  # the sig_time of sbatch --signal
+    "max_time_requeues": Field(integer(lo=0), 5),
+    "checkpoint_dir": Field(cluster_path("/scratch/alice/run1/ckpt")),
+}, present=False, nullable=True)
+
+
 JOB = Section({
     "name": Field(sbatch_text(NAME_CHARS)),
     "profile": _str(),
@@ -247,6 +261,7 @@ JOB = Section({
     "master_port": Field(integer(1024, 65535)),
     "slurm": SLURM,
     "container": CONTAINER,
+    "resilience": RESILIENCE,
 })
 
 
@@ -354,6 +369,19 @@ DESCRIPTIONS: dict[str, str] = {
     "job.template": "Built-in template name or path to a .j2 file.",
     "job.master_port": "MASTER_PORT; unset: derived from the job id in a fixed high range.",
     "job.slurm": "Per-job sbatch overrides, same rules as the profile's slurm.",
+    "job.resilience": ("Keep training through hangs, crashes, lost nodes and the time limit: any key, or `{}`, "
+                       "turns on the job's supervisor; absent or null: off. Adds #SBATCH --signal and --no-kill "
+                       "unless the job's own slurm sets them."),
+    "job.resilience.max_restarts": "Restarts after a failure (hang, crash, node failure).",
+    "job.resilience.hang_timeout": "Seconds in which every rank must finish a step; else it is a hang.",
+    "job.resilience.exclude": ("blamed: restart without the nodes a diagnosis blamed, while enough others remain; "
+                               "never: keep them."),
+    "job.resilience.grace": ("Seconds before the time limit (and on preemption) the ranks are told to checkpoint: "
+                             "#SBATCH --signal=B:USR1@grace, none with 0. Below the job's time limit."),
+    "job.resilience.max_time_requeues": ("Requeues at the time limit or on preemption; they are not failures "
+                                         "and do not use max_restarts."),
+    "job.resilience.checkpoint_dir": ("Created and exported to every rank as CLUSTERKIT_CHECKPOINT_DIR; a relative "
+                                      "path starts at workdir when the job sets one, else where sbatch ran (as output)."),
 }
 
 

@@ -121,10 +121,11 @@ def text() -> Check:
     return Rule(check, {"type": "string", "pattern": r"^[^\n\u0000]*\S[^\n\u0000]*$"})
 
 
-def interpreter() -> Check:
-    """environment.python: a command name looked up on the nodes' PATH, or a path to one.
+def cluster_path(example: str) -> Check:
+    """A path the job uses on the nodes; `example` is the full path the fix shows.
 
-    `~` is refused: the job passes the value quoted, so nothing would expand it.
+    `~` is refused: the job passes the value quoted, so nothing would expand it, and
+    this machine's home need not be the nodes'.
     """
     def check(value: Any) -> str | None:
         problem = text()(value)
@@ -132,9 +133,14 @@ def interpreter() -> Check:
             return problem
         if value.startswith("~"):
             return (f"{_quoted(value)} starts with ~, which the job does not expand (the value is "
-                    "quoted); write the full path, e.g. /home/alice/venv/bin/python")
+                    f"quoted); write the full path, e.g. {example}")
         return None
     return Rule(check, {"type": "string", "pattern": r"^(?!~)[^\n\u0000]*\S[^\n\u0000]*$"})
+
+
+def interpreter() -> Check:
+    """environment.python: a command name looked up on the nodes' PATH, or a path to one."""
+    return cluster_path("/home/alice/venv/bin/python")
 
 
 @dataclass(frozen=True)
@@ -222,6 +228,30 @@ def slurm_time() -> Check:
                 "D-HH:MM, D-HH:MM:SS or UNLIMITED (quoted, e.g. \"04:00:00\")")
     return Rule(check, {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": (
         "^(?:" + "|".join(_TIME_FORMS + [_anycase("unlimited"), _anycase("infinite")]) + ")$")}]})
+
+
+def time_limit_seconds(value: Any) -> int | None:
+    """A Slurm time limit in seconds; None for no limit (0, UNLIMITED) or a value that is
+    not a time limit (the schema reports those).
+
+    Without a day, one number is minutes, two are MM:SS, three HH:MM:SS; after `D-`
+    they are HH, HH:MM, HH:MM:SS (sbatch(1) --time).
+    """
+    if _is_int(value):
+        return value * 60 if value > 0 else None
+    if not isinstance(value, str) or not _TIME_RE.fullmatch(value):
+        return None
+    days, dash, clock = value.rpartition("-")
+    parts = [int(part) for part in clock.split(":")]
+    if dash:
+        hours, minutes, seconds = (parts + [0, 0])[:3]
+    else:
+        hours, minutes, seconds = {1: [0, parts[0], 0], 2: [0, *parts], 3: parts}[len(parts)]
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds or None
+
+
+# sbatch --signal=[B:]SIG[@sig_time]: sig_time is 0-65535 seconds.
+SIGNAL_TIME_MAX = 65535
 
 
 _SIZE_RE = re.compile(r"\d+[KMGT]?", re.IGNORECASE)

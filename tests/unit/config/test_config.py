@@ -92,7 +92,8 @@ BAD_JOB = [
     at("bad-job.yaml", 4, "nodes: 0 is too small; use 1 or more"),
     at("bad-job.yaml", 5, "unknown key 'gpu_per_node'; did you mean 'gpus_per_node'? valid "
        "keys: name, profile, nodes, gpus_per_node, time, launcher, script, args, workdir, "
-       "output, env, environment, nccl, preflight, cuda_graphs, template, master_port, slurm, container"),
+       "output, env, environment, nccl, preflight, cuda_graphs, template, master_port, slurm, container, "
+       "resilience"),
     at("bad-job.yaml", 6, "launcher: 'mpirun' is not one of srun | torchrun"),
     at("bad-job.yaml", 7, f"time: '90:00:00:00' is not a Slurm time limit; {TIME_FIX}"),
     at("bad-job.yaml", 8, "output: 'logs/$(id).out' contains '$', '(', ')', which an #SBATCH "
@@ -282,6 +283,7 @@ def test_effective_settings(search: SearchPath) -> None:
                    "allreduce_busbw_gbps": None, "xid_window": None, "torch_cuda": None,
                    "ib_error_thresholds": {}},
         "container": None,
+        "resilience": None,
     }
 
 

@@ -85,6 +85,9 @@ BAD_JOBS = [
     "slurm: {job-name: other}", "args: [[1]]", "preflight: maybe", "master_port: 80",
     "template: ''", "unknown: 1", "gpus_per_node: -8", "environment: {python: ~/venv/bin/python}",
     "environment: {colour: red}", "environment: {setup: '. venv/bin/activate'}",
+    "resilience: 5", "resilience: {max_restart: 2}", "resilience: {max_restarts: -1}",
+    "resilience: {hang_timeout: 0}", "resilience: {exclude: all}", "resilience: {grace: 70000}",
+    "resilience: {grace: 1.5}", "resilience: {checkpoint_dir: ~/ckpt}",
 ]
 
 
