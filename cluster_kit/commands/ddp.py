@@ -108,7 +108,7 @@ def bench_ddp(app: App, job_file: str, steps: int, sweep: bool, variants: tuple[
         raise click.UsageError("--variant picks variants of --sweep; add --sweep")
     rows = core.read_allreduce_json(allreduce_json) if allreduce_json else None
     job = app.checked_job(job_file)
-    settings = effective(job)
+    settings = effective(job, supervised=False)
     chosen = core.choose_variants(bool(settings["cuda_graphs"]), variants) if sweep else None
     trace_dir = core.profile_dir(job_output_dir(job), settings["workdir"])
     bench = core.bench_paths(trace_dir)

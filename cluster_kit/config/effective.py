@@ -21,17 +21,19 @@ if TYPE_CHECKING:
 _SLURM_KEYS = (*SBATCH_VALUE_KEYS, "exclusive")
 
 
-def effective(job: Job) -> dict[str, Any]:
+def effective(job: Job, supervised: bool = True) -> dict[str, Any]:
     """The job's settings as templates and slurm.py consume them (docs/architecture.md).
 
     Job values win over the profile's: `gpus_per_node`, `time`, `slurm`, `nccl`
     (any network key, plus `debug`), `env` (merged over the profile's env).
     `gpus_per_node: 0` asks for no GPUs: the profile's other GPU requests are
     dropped and `expect` no longer demands GPUs (`cpu_job_expect`). A job with
-    `resilience:` gets the sbatch options its supervisor needs (`supervised_sbatch`).
+    `resilience:` gets the sbatch options its supervisor needs (`supervised_sbatch`);
+    with `supervised` False (the benchmarks, which measure and never restart) it
+    runs as if it had none.
     """
     j, p = job.data, job.profile.data
-    resilience = effective_resilience(j.get("resilience"), j["workdir"])
+    resilience = effective_resilience(j.get("resilience"), j["workdir"]) if supervised else None
     gpus = _first(j.get("gpus_per_node"), j["slurm"].get("gpus_per_node"),
                   p["slurm"].get("gpus_per_node"))
     return {

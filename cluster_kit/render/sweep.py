@@ -49,6 +49,6 @@ def render_allreduce(app: Any, job: Any, max_bytes: str | None) -> str:
     from cluster_kit.config.effective import effective
     from cluster_kit.render.environment import render_job
 
-    settings = sweep_settings(effective(job))
+    settings = sweep_settings(effective(job, supervised=False))
     return render_job(settings, app.search.template_dirs(), template="allreduce",
                       extra=build_sweep_context(max_bytes))
