@@ -14,9 +14,10 @@ The batch of every (step, rank) is drawn from its own seed, so a run that was
 interrupted and resumed trains on the same data as one that was not.
 
 Faults to try the supervisor with, planted in attempt 0 only
-(`CLUSTERKIT_ATTEMPT`): `--hang-rank R --fault-step S` (rank R stops in
-`load_batch` at step S, the others wait in DDP's all-reduce) and `--raise-rank R
---fault-step S` (rank R raises at step S).
+(`CLUSTERKIT_ATTEMPT`), or in every attempt with `--fault-every-attempt`:
+`--hang-rank R --fault-step S` (rank R stops in `load_batch` at step S, the
+others wait in DDP's all-reduce) and `--raise-rank R --fault-step S` (rank R
+raises at step S).
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--hang-rank", type=int, default=None, help="this rank hangs at --fault-step (attempt 0)")
     parser.add_argument("--raise-rank", type=int, default=None, help="this rank raises at --fault-step (attempt 0)")
     parser.add_argument("--fault-step", type=int, default=10, help="the step of the planted fault")
+    parser.add_argument("--fault-every-attempt", action="store_true", help="plant the fault in every attempt")
     return parser.parse_args()
 
 
@@ -98,10 +100,11 @@ def main() -> int:
     start = resume(model, optimizer)
     print(f"rank {rank}: attempt {attempt} starts at step {start} of {args.steps}", flush=True)
     wrapped = nn.parallel.DistributedDataParallel(model)
+    faulty = attempt == 0 or args.fault_every_attempt
     for step in range(start, args.steps):
-        if attempt == 0 and step == args.fault_step and rank == args.raise_rank:
+        if faulty and step == args.fault_step and rank == args.raise_rank:
             raise RuntimeError(f"rank {rank}: planted fault at step {step}")
-        hang = attempt == 0 and step == args.fault_step and rank == args.hang_rank
+        hang = faulty and step == args.fault_step and rank == args.hang_rank
         inputs, targets = load_batch(step, rank, hang)
         optimizer.zero_grad()
         nn.functional.mse_loss(wrapped(inputs), targets).backward()

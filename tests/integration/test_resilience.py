@@ -1,0 +1,186 @@
+"""Jobs that keep training, on the dev cluster's real Slurm: a 2-node x 2-rank gloo job
+(examples/train_resilient.py, which checkpoints and resumes) under its supervisor.
+
+Faults are planted for real: a rank that hangs in its data loader, a rank that
+raises, the time limit, a node that dies mid-job (`scripts/dev-cluster fail`), and
+a crash in every attempt until max_restarts is used up. Each run must end with the
+weights of a run without faults (1e-5: DDP's first step after a restart buckets
+differently).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jobcli import REPO, clusterkit, job_id_of, shared_dir, write_yaml
+
+pytestmark = pytest.mark.integration
+
+STEPS = 48
+PYTHON = "/tmp/clusterkit-dev/venv/bin/python"
+CHAIN_TIMEOUT_S = 420
+
+
+@pytest.fixture(scope="module")
+def folder() -> Iterator[Path]:
+    with shared_dir("ck-resilience-") as path:
+        yield path
+
+
+def job(folder: Path, name: str, *args: str, resilience: dict[str, Any] | None = None,
+        time_limit: str = "00:05:00", step_seconds: float = 0.1) -> Path:
+    return write_yaml(folder / f"{name}.yaml", {
+        "name": name, "profile": "local-dev", "nodes": 2, "gpus_per_node": 2, "time": time_limit,
+        "script": str(REPO / "examples" / "train_resilient.py"),
+        "args": ["--steps", str(STEPS), "--step-seconds", str(step_seconds), "--checkpoint-every", "4",
+                 "--weights-out", str(folder / f"{name}.weights"), *args],
+        "output": f"{folder}/%x-%j.out", "env": {"OMP_NUM_THREADS": "1"}, "preflight": False,
+        "resilience": {"hang_timeout": 20, "max_restarts": 2, "checkpoint_dir": str(folder / f"{name}.ckpt"),
+                       **(resilience or {})}})
+
+
+def submit(dev_cluster: Any, job_file: Path) -> str:
+    done = clusterkit(dev_cluster, "submit", str(job_file), "--no-preflight")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return job_id_of(done)
+
+
+def chain_record(folder: Path, job_id: str, timeout: float = CHAIN_TIMEOUT_S) -> dict[str, Any]:
+    """The attempts record once the chain has ended."""
+    path = folder / f"clusterkit-{job_id}" / "attempts.json"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            record = None
+        if record and record.get("final"):
+            return record
+        time.sleep(2)
+    raise AssertionError(f"the chain of job {job_id} did not end in {timeout:.0f} s: "
+                         f"{path.read_text() if path.exists() else 'no record'}")
+
+
+def second_node(dev_cluster: Any, nodelist: str) -> str:
+    done = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                          env=dev_cluster.slurm_env(), check=True)
+    return done.stdout.split()[1]
+
+
+def weights(path: Path) -> dict[str, Any]:
+    import torch
+
+    return torch.load(path, weights_only=True)
+
+
+def assert_same_weights(got: Path, reference: Path) -> None:
+    import torch
+
+    mine, theirs = weights(got), weights(reference)
+    assert sorted(mine) == sorted(theirs)
+    for key in mine:
+        assert torch.allclose(mine[key], theirs[key], atol=1e-5, rtol=0), key
+
+
+def log_of(folder: Path, attempt: dict[str, Any]) -> str:
+    return Path(attempt["output"]).read_text()
+
+
+@pytest.fixture(scope="module")
+def reference(dev_cluster: Any, folder: Path) -> Path:
+    """The weights of the same training without a fault: one attempt, completed."""
+    job_id = submit(dev_cluster, job(folder, "ck-clean", step_seconds=0))
+    record = chain_record(folder, job_id)
+    assert [a["ended"] for a in record["attempts"]] == ["completed"], record
+    assert record["final"] == {"ended": "completed", "exit_code": 0, "why": "completed"}
+    return folder / "ck-clean.weights"
+
+
+def test_a_hung_rank_is_named_with_its_node_and_the_job_resumes_without_it(
+        dev_cluster: Any, folder: Path, reference: Path) -> None:
+    job_id = submit(dev_cluster, job(folder, "ck-hang", "--hang-rank", "3", "--fault-step", "10"))
+    record = chain_record(folder, job_id)
+    first, second = record["attempts"]
+    culprit = second_node(dev_cluster, first["nodes"])  # ranks 2-3 run on the second node
+    assert first["ended"] == "hang", first
+    assert (first["culprit"]["ranks"], first["culprit"]["hosts"]) == ([3], [culprit]), first["culprit"]
+    assert "load_batch" in first["culprit"]["evidence"], first["culprit"]
+    assert "load_batch" in first["stacks"]["3"]
+    assert first["detected_after_s"] <= 20 + 30, first
+    assert first["excluded"] == [culprit] and first["next_job_id"] == second["slurm_job_id"]
+    assert culprit not in subprocess.run(["scontrol", "show", "hostnames", second["nodes"]], capture_output=True,
+                                         text=True, env=dev_cluster.slurm_env(), check=True).stdout.split()
+    assert second["ended"] == "completed" and record["final"]["exit_code"] == 0
+    assert "rank 0: attempt 1 starts at step 8 of" in log_of(folder, second)  # the checkpoint before the hang
+    assert_same_weights(folder / "ck-hang.weights", reference)
+
+
+def test_a_raised_rank_ends_the_attempt_at_once_and_is_named(
+        dev_cluster: Any, folder: Path, reference: Path) -> None:
+    job_id = submit(dev_cluster, job(folder, "ck-raise", "--raise-rank", "2", "--fault-step", "6"))
+    record = chain_record(folder, job_id)
+    first, second = record["attempts"]
+    assert first["ended"] == "crash", first
+    assert first["culprit"]["ranks"] == [2]
+    assert first["culprit"]["hosts"] == [second_node(dev_cluster, first["nodes"])]
+    assert "RuntimeError: rank 2: planted fault at step 6" in first["culprit"]["evidence"], first
+    raised = Path(folder / f"clusterkit-{job_id}" / "attempt-0" / "exceptions" / "rank-2.txt").stat().st_mtime
+    assert first["ended_at"] - raised < 20, (first["ended_at"], raised)  # not the collective timeout
+    assert second["ended"] == "completed" and record["final"]["exit_code"] == 0
+    assert_same_weights(folder / "ck-raise.weights", reference)
+
+
+def test_the_time_limit_checkpoints_on_the_grace_signal_and_requeues_without_blame(
+        dev_cluster: Any, folder: Path, reference: Path) -> None:
+    job_id = submit(dev_cluster, job(folder, "ck-limit", time_limit="00:01:00", step_seconds=1.0,
+                                     resilience={"grace": 40}))
+    record = chain_record(folder, job_id, timeout=600)
+    endings = [a["ended"] for a in record["attempts"]]
+    assert endings[0] == "time_limit" and endings[-1] == "completed", endings
+    assert set(endings[1:-1]) <= {"time_limit"}, endings
+    assert not any(a.get("excluded") for a in record["attempts"])
+    assert "stopped at step" in log_of(folder, record["attempts"][0])  # it saved on the signal
+    assert record["final"]["exit_code"] == 0
+    assert_same_weights(folder / "ck-limit.weights", reference)
+
+
+def test_a_node_failed_mid_job_is_excluded_and_the_job_completes(
+        dev_cluster: Any, folder: Path, reference: Path) -> None:
+    job_id = submit(dev_cluster, job(folder, "ck-nodefail", step_seconds=0.5))
+    beats = folder / f"clusterkit-{job_id}" / "attempt-0" / "heartbeat"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and len(list(beats.glob("rank-*"))) < 4:
+        time.sleep(1)
+    time.sleep(3)
+    record = json.loads((folder / f"clusterkit-{job_id}" / "attempts.json").read_text())
+    victim = second_node(dev_cluster, record["attempts"][0]["nodes"])
+    dev = str(REPO / "scripts" / "dev-cluster")
+    subprocess.run([dev, "fail", victim], check=True, capture_output=True, timeout=60)
+    try:
+        record = chain_record(folder, job_id)
+    finally:
+        subprocess.run([dev, "heal", victim], check=False, capture_output=True, timeout=120)
+    first, second = record["attempts"][:2]
+    assert first["ended"] == "node_failure" and first["culprit"]["hosts"] == [victim], first
+    assert first["excluded"] == [victim] and victim not in second["nodes"]
+    assert record["attempts"][-1]["ended"] == "completed" and record["final"]["exit_code"] == 0
+    assert_same_weights(folder / "ck-nodefail.weights", reference)
+
+
+def test_max_restarts_used_up_ends_the_chain_with_exit_1_and_nothing_queued(
+        dev_cluster: Any, folder: Path) -> None:
+    job_id = submit(dev_cluster, job(folder, "ck-broken", "--raise-rank", "0", "--fault-step", "2",
+                                     "--fault-every-attempt", resilience={"max_restarts": 1, "exclude": "never"}))
+    record = chain_record(folder, job_id)
+    assert [a["ended"] for a in record["attempts"]] == ["crash", "crash"]
+    assert record["final"] == {"ended": "crash", "exit_code": 1,
+                               "why": "a crash, and max_restarts (1) are used up"}
+    assert "next_job_id" not in record["attempts"][-1]
+    queued = subprocess.run(["squeue", "-h", "-n", "ck-broken"], capture_output=True, text=True,
+                            env=dev_cluster.slurm_env(), check=True).stdout
+    assert queued.strip() == ""
