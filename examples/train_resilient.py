@@ -13,11 +13,11 @@ Run under a job with `resilience:` (examples/cpu-resilient.yaml). Each rank:
 The batch of every (step, rank) is drawn from its own seed, so a run that was
 interrupted and resumed trains on the same data as one that was not.
 
-Faults to try the supervisor with, planted in attempt 0 only
-(`CLUSTERKIT_ATTEMPT`), or in every attempt with `--fault-every-attempt`:
-`--hang-rank R --fault-step S` (rank R stops in `load_batch` at step S, the
-others wait in DDP's all-reduce) and `--raise-rank R --fault-step S` (rank R
-raises at step S).
+Faults to try the supervisor with: `--plant ATTEMPT:KIND:RANK:STEP` (repeatable;
+ATTEMPT a number, compared with `CLUSTERKIT_ATTEMPT`, or `any`): KIND `hang` stops
+the rank in `load_batch` at that step (the others wait in DDP's all-reduce),
+`raise` makes it raise there. `--plant 0:hang:3:10` hangs rank 3 at step 10 of
+the first attempt only.
 """
 from __future__ import annotations
 
@@ -41,11 +41,24 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--step-seconds", type=float, default=0.0, help="extra time each step takes")
     parser.add_argument("--checkpoint-every", type=int, default=5, help="steps between checkpoints")
     parser.add_argument("--weights-out", default="", help="rank 0 writes the final weights here (torch.save)")
-    parser.add_argument("--hang-rank", type=int, default=None, help="this rank hangs at --fault-step (attempt 0)")
-    parser.add_argument("--raise-rank", type=int, default=None, help="this rank raises at --fault-step (attempt 0)")
-    parser.add_argument("--fault-step", type=int, default=10, help="the step of the planted fault")
-    parser.add_argument("--fault-every-attempt", action="store_true", help="plant the fault in every attempt")
+    parser.add_argument("--plant", action="append", default=[], type=planted, metavar="ATTEMPT:KIND:RANK:STEP",
+                        help="a fault: KIND hang or raise, ATTEMPT a number or any (repeatable)")
     return parser.parse_args()
+
+
+def planted(text: str) -> tuple[str, str, int, int]:
+    attempt, kind, rank, step = text.split(":")
+    if kind not in ("hang", "raise") or not (attempt == "any" or attempt.isdigit()):
+        raise ValueError(text)
+    return attempt, kind, int(rank), int(step)
+
+
+def fault_at(plants: list, attempt: int, rank: int, step: int) -> str | None:
+    """`hang`, `raise` or None: what was planted for this rank at this step of this attempt."""
+    for when, kind, where, at in plants:
+        if when in ("any", str(attempt)) and (where, at) == (rank, step):
+            return kind
+    return None
 
 
 def load_batch(step: int, rank: int, hang: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -100,12 +113,11 @@ def main() -> int:
     start = resume(model, optimizer)
     print(f"rank {rank}: attempt {attempt} starts at step {start} of {args.steps}", flush=True)
     wrapped = nn.parallel.DistributedDataParallel(model)
-    faulty = attempt == 0 or args.fault_every_attempt
     for step in range(start, args.steps):
-        if faulty and step == args.fault_step and rank == args.raise_rank:
+        fault = fault_at(args.plant, attempt, rank, step)
+        if fault == "raise":
             raise RuntimeError(f"rank {rank}: planted fault at step {step}")
-        hang = faulty and step == args.fault_step and rank == args.hang_rank
-        inputs, targets = load_batch(step, rank, hang)
+        inputs, targets = load_batch(step, rank, fault == "hang")
         optimizer.zero_grad()
         nn.functional.mse_loss(wrapped(inputs), targets).backward()
         optimizer.step()

@@ -79,10 +79,13 @@ def _task_nodes(first_task):
     return [first_task.node] if first_task is not None else []
 
 
-def next_step(record, ended, culprit, resilience, exit_code):
+def next_step(record, ended, culprit, resilience, exit_code, partition=(), needed=0):
     """{"action": "restart"|"finish", "exclude": [...], "exit_code": N, "why": "..."}.
 
     Call it with the attempt that just ended already in `record` (its `ended` set).
+    `partition` (the partition's nodes) and `needed` (the job's node count), when
+    given, keep enough nodes in: the nodes excluded first come back before the
+    ones just blamed.
     """
     excluded = excluded_nodes(record)
     if ended == "completed":
@@ -99,9 +102,14 @@ def next_step(record, ended, culprit, resilience, exit_code):
     if used > allowed:
         return _finish(1, "%s, and max_restarts (%d) are used up" % (_words(ended), allowed))
     blamed = [h for h in (culprit or {}).get("hosts", []) if h not in excluded]
+    back = []
     if resilience.get("exclude", "blamed") == "blamed":
         excluded = excluded + blamed
+        while partition and excluded and len([n for n in partition if n not in excluded]) < needed:
+            back.append(excluded.pop(0))
     without = " without %s" % ",".join(excluded) if excluded else ""
+    if back:
+        without += " (%s back in: a %d-node job needs them)" % (",".join(back), needed)
     return {"action": "restart", "exclude": excluded, "exit_code": exit_code or 1,
             "why": "%s: restart %d of max_restarts %d%s" % (_words(ended), used, allowed, without)}
 

@@ -43,6 +43,7 @@ def parse_args(argv):
     parser.add_argument("--grace", type=int, default=120)
     parser.add_argument("--max-time-requeues", type=int, default=5)
     parser.add_argument("--checkpoint-dir", default="")
+    parser.add_argument("--preflight-failed", default="", help="nodes (comma-separated) the in-job preflight failed")
     parser.add_argument("--script", required=True, help="the batch script, to submit the next attempt")
     parser.add_argument("--bundle", default="", help="this zip app, removed once loaded")
     parser.add_argument("launch", nargs=argparse.REMAINDER)
@@ -102,6 +103,14 @@ def failed_nodes(nodes):
         if any(word in state for word in ("DOWN", "FAIL", "NOT_RESPONDING")) or state.endswith("*"):
             bad.append(node)
     return bad
+
+
+def partition_nodes(job):
+    """The nodes of the job's partition ([] when Slurm does not say)."""
+    try:
+        return slurm(["sinfo", "-h", "-N", "-p", job.get("Partition", ""), "-o", "%N"]).split()
+    except RuntimeError:
+        return []
 
 
 def submit_next(folder, job_id, chain_id, exclude, script):
@@ -274,16 +283,24 @@ def run(args):
     say("attempt %d of job %s on %s (record: %s)" % (number, chain_id, nodes, folder))
 
     watched = Attempt(args, control, env)
-    started = time.time()
-    copier = watched.start()
-    code, hang = watched.watch(decide.HangClock(args.world_size, args.hang_timeout, started))
-    copier.join(timeout=10)
-    ended, blamed = end_of(watched, code, hang, nodes)
+    failed = [n for n in args.preflight_failed.split(",") if n]
+    if failed:
+        say("the in-job preflight failed on %s: training was not started" % ",".join(failed))
+        code = 1
+        ended, blamed = decide.attempt_end(code, failed_nodes=failed)
+        blamed["evidence"] = "the in-job preflight failed on %s (see its lines above)" % ",".join(failed)
+    else:
+        started = time.time()
+        copier = watched.start()
+        code, hang = watched.watch(decide.HangClock(args.world_size, args.hang_timeout, started))
+        copier.join(timeout=10)
+        ended, blamed = end_of(watched, code, hang, nodes)
     attempt.update(ended=ended, ended_at=round(time.time(), 3), exit_code=code)
     if blamed:
         attempt["culprit"] = {k: blamed[k] for k in ("ranks", "hosts", "evidence")}
         attempt.update({k: blamed[k] for k in ("stacks", "detected_after_s") if k in blamed})
-    step = decide.next_step(rec, ended, blamed, rec["resilience"], code)
+    step = decide.next_step(rec, ended, blamed, rec["resilience"], code, partition_nodes(job),
+                            int(job.get("NumNodes", "0").split("-")[0] or 0))
     return finish_attempt(rec, attempt, step, folder, job_id, chain_id)
 
 
@@ -304,9 +321,9 @@ def end_of(watched, code, hang, nodes):
 
 def finish_attempt(rec, attempt, step, folder, job_id, chain_id):
     attempt["why"] = step["why"]
-    new = [n for n in step["exclude"] if n not in record.excluded_nodes(rec)]
     if step["action"] == "restart":
-        attempt["excluded"] = new
+        attempt["excluded"] = [n for n in step["exclude"] if n not in record.excluded_nodes(rec)]
+        rec["exclude"] = step["exclude"]
         try:
             exclude = list(rec.get("start_exclude") or []) + step["exclude"]
             attempt["next_job_id"] = submit_next(folder, job_id, chain_id, exclude,

@@ -12,7 +12,7 @@ One JSON file, `attempts.json`, in the job's record folder
                    "culprit": {"ranks": [3], "hosts": ["n2"], "evidence": "..."},
                    "excluded": ["n2"], "stacks": {"3": "..."}, "next_job_id": "124",
                    "why": "..."}],
-     "final": null}
+     "exclude": ["n2"], "final": null}
 
 `final` is `{"ended": ..., "exit_code": N, "why": "..."}` once the chain is over.
 """
@@ -71,10 +71,6 @@ def count(record, endings):
 
 
 def excluded_nodes(record):
-    """Every node an attempt of the chain excluded, in the order they were first blamed."""
-    out = []
-    for attempt in record["attempts"]:
-        for node in attempt.get("excluded") or ():
-            if node not in out:
-                out.append(node)
-    return out
+    """The nodes the chain's next attempt goes without (`exclude`), in the order they
+    were blamed. Each attempt's `excluded` lists the ones it added."""
+    return list(record.get("exclude") or [])

@@ -72,6 +72,12 @@ def second_node(dev_cluster: Any, nodelist: str) -> str:
     return done.stdout.split()[1]
 
 
+def yaml_of(path: Path) -> dict[str, Any]:
+    import yaml
+
+    return yaml.safe_load(path.read_text())
+
+
 def weights(path: Path) -> dict[str, Any]:
     import torch
 
@@ -103,7 +109,7 @@ def reference(dev_cluster: Any, folder: Path) -> Path:
 
 def test_a_hung_rank_is_named_with_its_node_and_the_job_resumes_without_it(
         dev_cluster: Any, folder: Path, reference: Path) -> None:
-    job_id = submit(dev_cluster, job(folder, "ck-hang", "--hang-rank", "3", "--fault-step", "10"))
+    job_id = submit(dev_cluster, job(folder, "ck-hang", "--plant", "0:hang:3:10"))
     record = chain_record(folder, job_id)
     first, second = record["attempts"]
     culprit = second_node(dev_cluster, first["nodes"])  # ranks 2-3 run on the second node
@@ -122,7 +128,7 @@ def test_a_hung_rank_is_named_with_its_node_and_the_job_resumes_without_it(
 
 def test_a_raised_rank_ends_the_attempt_at_once_and_is_named(
         dev_cluster: Any, folder: Path, reference: Path) -> None:
-    job_id = submit(dev_cluster, job(folder, "ck-raise", "--raise-rank", "2", "--fault-step", "6"))
+    job_id = submit(dev_cluster, job(folder, "ck-raise", "--plant", "0:raise:2:6"))
     record = chain_record(folder, job_id)
     first, second = record["attempts"]
     assert first["ended"] == "crash", first
@@ -172,10 +178,25 @@ def test_a_node_failed_mid_job_is_excluded_and_the_job_completes(
     assert_same_weights(folder / "ck-nodefail.weights", reference)
 
 
+def test_a_node_the_in_job_preflight_fails_is_blamed_before_training(
+        dev_cluster: Any, folder: Path) -> None:
+    path = write_yaml(folder / "ck-preflight.yaml", {
+        **yaml_of(job(folder, "ck-preflight")), "preflight": True})
+    with dev_cluster.override("n2", "class/infiniband/mlx5_0/ports/1/state", "1: DOWN"):
+        job_id = submit(dev_cluster, path)
+        record = chain_record(folder, job_id)
+    first, second = record["attempts"]
+    assert first["nodes"] == "n[1-2]", "Slurm placed attempt 0 away from n2, where the fault is planted"
+    assert first["ended"] == "node_failure" and first["culprit"]["hosts"] == ["n2"], first
+    assert "in-job preflight failed on n2" in first["culprit"]["evidence"]
+    assert "rdma.port_state" in log_of(folder, first)
+    assert first["excluded"] == ["n2"] and second["nodes"] == "n[1,3]"
+    assert second["ended"] == "completed" and record["final"]["exit_code"] == 0
+
+
 def test_max_restarts_used_up_ends_the_chain_with_exit_1_and_nothing_queued(
         dev_cluster: Any, folder: Path) -> None:
-    job_id = submit(dev_cluster, job(folder, "ck-broken", "--raise-rank", "0", "--fault-step", "2",
-                                     "--fault-every-attempt", resilience={"max_restarts": 1, "exclude": "never"}))
+    job_id = submit(dev_cluster, job(folder, "ck-broken", "--plant", "any:raise:0:2", resilience={"max_restarts": 1, "exclude": "never"}))
     record = chain_record(folder, job_id)
     assert [a["ended"] for a in record["attempts"]] == ["crash", "crash"]
     assert record["final"] == {"ended": "crash", "exit_code": 1,

@@ -78,7 +78,11 @@ sort -s -n -k1,1 "$clusterkit_preflight/facts.b64" |
   awk '$1 != node { if (node != "") close("base64 -d"); node = $1 } { print $2 | "base64 -d" }' \
   > "$clusterkit_preflight/facts.jsonl"
 mapfile -t clusterkit_node_list < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
-if ! python3 "$clusterkit_preflight/checks.pyz" "$clusterkit_preflight/facts.jsonl" "${clusterkit_node_list[@]}"; then
+clusterkit_checks_rc=0
+python3 "$clusterkit_preflight/checks.pyz" "$clusterkit_preflight/facts.jsonl" "${clusterkit_node_list[@]}" \
+  2> "$clusterkit_preflight/verdicts" || clusterkit_checks_rc=$?
+cat "$clusterkit_preflight/verdicts" >&2
+if [ "$clusterkit_checks_rc" -ne 0 ]; then
   echo "clusterkit: preflight failed (see the per-node lines above); training was not started" >&2
   exit 1
 fi

@@ -70,6 +70,7 @@ def chain(*endings: tuple[str, list[str]]) -> dict:
     rec = record.new_record("7", RESILIENCE)
     for number, (ended, excluded) in enumerate(endings):
         rec["attempts"].append({"attempt": number, "ended": ended, "excluded": excluded})
+        rec["exclude"] = rec.get("exclude", []) + excluded
     return rec
 
 
@@ -118,3 +119,14 @@ def test_the_record_is_private_and_read_back(tmp_path: Path) -> None:
     assert record.folder_for("/x/out/job-7.out", "7") == "/x/out/clusterkit-7"
     (folder / record.RECORD_NAME).write_text("{not json")
     assert record.load(str(folder)) is None
+
+
+def test_the_nodes_excluded_first_come_back_when_too_few_would_be_left() -> None:
+    rec = chain(("hang", ["n2"]), ("crash", []))
+    step = decide.next_step(rec, "crash", decide.culprit_of([0], ["n1"], "..."), RESILIENCE, 1,
+                            partition=["n1", "n2", "n3"], needed=2)
+    assert step["exclude"] == ["n1"]
+    assert step["why"] == "a crash: restart 2 of max_restarts 2 without n1 (n2 back in: a 2-node job needs them)"
+    enough = decide.next_step(rec, "crash", decide.culprit_of([0], ["n1"], "..."), RESILIENCE, 1,
+                              partition=["n1", "n2", "n3", "n4"], needed=2)
+    assert enough["exclude"] == ["n2", "n1"]
