@@ -14,8 +14,8 @@ supervised (no control folder: heartbeat() is a no-op). In each:
   the fastest repetition with heartbeats over the fastest without, minus 1 (load
   only ever adds time to a spin; the ratio of the medians is printed beside it).
 
-Exit status 1 when the supervised per-step overhead is 1 % or more (the target of
-SPEC "Jobs that keep training").
+Exit status 1 when the supervised per-step overhead is 1 % or more (the target for
+jobs that keep training).
 """
 from __future__ import annotations
 

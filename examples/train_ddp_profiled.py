@@ -12,7 +12,7 @@ profiles by itself, instead of the explicit StepProfiler loop.
 ``--all-reduce-loss`` all-reduces the loss after every step, as trainers do to
 log the mean loss: the job's own collective beside DDP's gradient buckets.
 
-It keeps training the way SPEC "Jobs that keep training" asks: with
+It keeps training the way a job with `resilience:` does: with
 CLUSTERKIT_CHECKPOINT_DIR set it resumes from the checkpoint it finds there
 (training only the steps still to do, none once the run is finished) and saves
 one when done. `bench ddp` points CLUSTERKIT_CHECKPOINT_DIR at a fresh folder per

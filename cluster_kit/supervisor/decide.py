@@ -45,7 +45,7 @@ class HangClock:
 
 
 def culprit_of(ranks, hosts, evidence):
-    return {"ranks": sorted(ranks), "hosts": sorted(set(h for h in hosts if h)), "evidence": evidence}
+    return {"ranks": sorted(ranks), "hosts": sorted({h for h in hosts if h}), "evidence": evidence}
 
 
 def attempt_end(exit_code, hang=None, grace=False, cancelled=False, crash=None, first_task=None,
@@ -66,13 +66,13 @@ def attempt_end(exit_code, hang=None, grace=False, cancelled=False, crash=None, 
         return "completed", None
     if failed_nodes:
         nodes = sorted(set(failed_nodes))
-        return "node_failure", culprit_of([], nodes, "Slurm reports node %s failed" % ", ".join(nodes))
+        return "node_failure", culprit_of([], nodes, "Slurm reports node {} failed".format(", ".join(nodes)))
     if crash is not None:
         return "crash", culprit_of([crash.rank], [crash.host] if crash.host else _task_nodes(first_task),
                                    crash.evidence)
     if first_task is not None:
         return "crash", culprit_of(first_task.tasks, [first_task.node], first_task.describe())
-    return "crash", culprit_of([], [], "the launch exited with %s and no rank said why" % exit_code)
+    return "crash", culprit_of([], [], f"the launch exited with {exit_code} and no rank said why")
 
 
 def _task_nodes(first_task):
@@ -95,23 +95,23 @@ def next_step(record, ended, culprit, resilience, exit_code, partition=(), neede
     if ended in REQUEUES:
         used, allowed = count(record, REQUEUES), int(resilience["max_time_requeues"])
         if used > allowed:
-            return _finish(1, "%s, and max_time_requeues (%d) are used up" % (_words(ended), allowed))
+            return _finish(1, f"{_words(ended)}, and max_time_requeues ({allowed}) are used up")
         return {"action": "restart", "exclude": excluded, "exit_code": exit_code,
-                "why": "%s: requeued without blame (%d of max_time_requeues %d)" % (_words(ended), used, allowed)}
+                "why": f"{_words(ended)}: requeued without blame ({used} of max_time_requeues {allowed})"}
     used, allowed = count(record, FAILURES), int(resilience["max_restarts"])
     if used > allowed:
-        return _finish(1, "%s, and max_restarts (%d) are used up" % (_words(ended), allowed))
+        return _finish(1, f"{_words(ended)}, and max_restarts ({allowed}) are used up")
     blamed = [h for h in (culprit or {}).get("hosts", []) if h not in excluded]
     back = []
     if resilience.get("exclude", "blamed") == "blamed":
         excluded = excluded + blamed
         while partition and excluded and len([n for n in partition if n not in excluded]) < needed:
             back.append(excluded.pop(0))
-    without = " without %s" % ",".join(excluded) if excluded else ""
+    without = " without {}".format(",".join(excluded)) if excluded else ""
     if back:
-        without += " (%s back in: a %d-node job needs them)" % (",".join(back), needed)
+        without += f" ({','.join(back)} back in: a {needed}-node job needs them)"
     return {"action": "restart", "exclude": excluded, "exit_code": exit_code or 1,
-            "why": "%s: restart %d of max_restarts %d%s" % (_words(ended), used, allowed, without)}
+            "why": f"{_words(ended)}: restart {used} of max_restarts {allowed}{without}"}
 
 
 def _finish(exit_code, why):

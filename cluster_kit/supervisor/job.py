@@ -29,7 +29,7 @@ SLURM_LINE = ("srun:", "slurmstepd", "srun ")
 
 
 def say(message):
-    sys.stderr.write("clusterkit supervisor: %s\n" % message)
+    sys.stderr.write(f"clusterkit supervisor: {message}\n")
     sys.stderr.flush()
 
 
@@ -65,12 +65,12 @@ def resilience_of(args):
 def slurm(argv, env=None):
     """stdout of a Slurm command; raises RuntimeError with its stderr."""
     try:
-        done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                              timeout=SLURM_TIMEOUT_S, env=env)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=SLURM_TIMEOUT_S, env=env,
+                              check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise RuntimeError("%s: %s" % (argv[0], exc))
+        raise RuntimeError(f"{argv[0]}: {exc}")
     if done.returncode != 0:
-        raise RuntimeError("%s failed: %s" % (" ".join(argv[:2]), done.stderr.strip() or done.returncode))
+        raise RuntimeError("{} failed: {}".format(" ".join(argv[:2]), done.stderr.strip() or done.returncode))
     return done.stdout
 
 
@@ -115,9 +115,9 @@ def partition_nodes(job):
 
 def submit_next(folder, job_id, chain_id, exclude, script):
     """sbatch the next attempt, to start once this job ended; its job id."""
-    argv = ["sbatch", "--parsable", "--dependency=afterany:%s" % job_id, "--kill-on-invalid-dep=yes"]
+    argv = ["sbatch", "--parsable", f"--dependency=afterany:{job_id}", "--kill-on-invalid-dep=yes"]
     if exclude:
-        argv.append("--exclude=%s" % ",".join(exclude))
+        argv.append("--exclude={}".format(",".join(exclude)))
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")) or k == "SLURM_CONF"}
     env.update(CLUSTERKIT_CHAIN_ID=chain_id, CLUSTERKIT_RECORD_DIR=folder)
@@ -143,7 +143,7 @@ class Attempt:
             fd = os.open(os.path.join(self.control, "stop"), os.O_WRONLY | os.O_CREAT, 0o600)
             os.close(fd)
         except OSError as exc:
-            say("cannot write the stop file: %s" % exc)
+            say(f"cannot write the stop file: {exc}")
 
     def on_cancel(self, signum, frame):
         self.cancelled = True
@@ -188,15 +188,15 @@ class Attempt:
             now = time.time()
             stalled = [] if (self.grace or self.cancelled) else clock.stalled(now)
             if stalled:
-                say("ranks %s finished no step for %.0f s: asking every rank for its stack and "
-                    "collectives" % (culprits.format_ranks(stalled), now - clock.stalled_since(stalled)))
+                say(f"ranks {culprits.format_ranks(stalled)} finished no step for {now - clock.stalled_since(stalled):.0f} s: asking every rank for its stack and "
+                    "collectives")
                 hang = self.diagnose_hang(clock, stalled)
                 self.stop_launch()
                 return self.proc.wait(), hang
             time.sleep(POLL_S)
 
     def diagnose_hang(self, clock, stalled):
-        request = "hang-%d" % int(time.time())
+        request = f"hang-{int(time.time())}"
         path = os.path.join(self.control, "dump-request")
         tmp = path + ".tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -250,7 +250,7 @@ def close_lost_attempts(rec, job_id):
     for attempt in rec["attempts"]:
         if attempt.get("ended") == "running":
             attempt.update(ended="node_failure", ended_at=time.time(),
-                           why="its batch script was killed (job %s was requeued by Slurm)" % job_id)
+                           why=f"its batch script was killed (job {job_id} was requeued by Slurm)")
 
 
 def run(args):
@@ -273,22 +273,22 @@ def run(args):
     rec["attempts"].append(attempt)
     record.save(folder, rec)
 
-    control = os.path.join(folder, "attempt-%d" % number)
+    control = os.path.join(folder, f"attempt-{number}")
     record.make_private_dir(control)
     checkpoint = args.checkpoint_dir or os.path.join(folder, "checkpoint")
     os.makedirs(checkpoint, mode=0o700, exist_ok=True)
     env = dict(os.environ, CLUSTERKIT_CONTROL_DIR=control, CLUSTERKIT_ATTEMPT=str(number),
                CLUSTERKIT_CHECKPOINT_DIR=checkpoint, CLUSTERKIT_RECORD_DIR=folder, CLUSTERKIT_CHAIN_ID=chain_id)
     env.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
-    say("attempt %d of job %s on %s (record: %s)" % (number, chain_id, nodes, folder))
+    say(f"attempt {number} of job {chain_id} on {nodes} (record: {folder})")
 
     watched = Attempt(args, control, env)
     failed = [n for n in args.preflight_failed.split(",") if n]
     if failed:
-        say("the in-job preflight failed on %s: training was not started" % ",".join(failed))
+        say("the in-job preflight failed on {}: training was not started".format(",".join(failed)))
         code = 1
         ended, blamed = decide.attempt_end(code, failed_nodes=failed)
-        blamed["evidence"] = "the in-job preflight failed on %s (see its lines above)" % ",".join(failed)
+        blamed["evidence"] = "the in-job preflight failed on {} (see its lines above)".format(",".join(failed))
     else:
         started = time.time()
         copier = watched.start()
@@ -330,18 +330,18 @@ def finish_attempt(rec, attempt, step, folder, job_id, chain_id):
                                                  os.path.join(folder, "job.sbatch"))
         except RuntimeError as exc:
             rec["final"] = {"ended": attempt["ended"], "exit_code": 1,
-                            "why": "%s; the next attempt could not be submitted: %s" % (step["why"], exc)}
+                            "why": "{}; the next attempt could not be submitted: {}".format(step["why"], exc)}
     else:
         rec["final"] = {"ended": attempt["ended"], "exit_code": step["exit_code"], "why": step["why"]}
     record.save(folder, rec)
     evidence = (attempt.get("culprit") or {}).get("evidence")
-    told = "attempt %d ended: %s" % (attempt["attempt"], attempt["ended"])
+    told = f"attempt {attempt['attempt']} ended: {attempt['ended']}"
     if evidence:
-        told += " (%s)" % evidence
+        told += f" ({evidence})"
     if "next_job_id" in attempt:
-        say("%s; %s; next attempt: job %s" % (told, step["why"], attempt["next_job_id"]))
+        say("{}; {}; next attempt: job {}".format(told, step["why"], attempt["next_job_id"]))
     else:
-        say("%s; %s" % (told, (rec["final"] or {}).get("why", step["why"])))
+        say("{}; {}".format(told, (rec["final"] or {}).get("why", step["why"])))
     return step["exit_code"] if rec["final"] is None else rec["final"]["exit_code"]
 
 

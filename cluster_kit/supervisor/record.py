@@ -28,7 +28,7 @@ REQUEUES = ("time_limit", "preempted")  # count against max_time_requeues
 
 def folder_for(output_path, chain_id):
     """The record folder beside a job's output file: `<its folder>/clusterkit-<chain id>`."""
-    return os.path.join(os.path.dirname(output_path) or ".", "clusterkit-%s" % chain_id)
+    return os.path.join(os.path.dirname(output_path) or ".", f"clusterkit-{chain_id}")
 
 
 def new_record(chain_id, resilience):
@@ -57,7 +57,7 @@ def save(folder, record):
     """Write the record 0600 in a 0700 folder, whole (temporary file, then rename)."""
     make_private_dir(folder)
     path = os.path.join(folder, RECORD_NAME)
-    tmp = "%s.tmp%d" % (path, os.getpid())
+    tmp = f"{path}.tmp{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as out:
         json.dump(record, out, indent=1, sort_keys=True)

@@ -36,7 +36,7 @@ def rendered(tmp_path: Path, text: str) -> str:
 
 
 def bundle_of(script: str) -> bytes:
-    body = re.search(r"<<'(CLUSTERKIT_SUPERVISOR\w*)'\n(.*?)\n\1\n", script, re.S)
+    body = re.search(r"<<'(CLUSTERKIT_SUPERVISOR\w*)'\n(.*?)\n\1\n", script, re.DOTALL)
     assert body, "no supervisor heredoc"
     return base64.b64decode(body.group(2))
 
@@ -60,7 +60,7 @@ def test_the_zip_app_runs_on_the_stdlib_alone(tmp_path: Path) -> None:
     app.write_bytes(bundle_of(rendered(tmp_path, "resilience: {}\n")))
     names = zipfile.ZipFile(BytesIO(app.read_bytes())).namelist()
     assert "cluster_kit/supervisor/job.py" in names and "cluster_kit/analysis/culprit.py" in names
-    assert not [n for n in names if n.startswith("cluster_kit/config") or n.startswith("cluster_kit/commands")]
+    assert not [n for n in names if n.startswith(("cluster_kit/config", "cluster_kit/commands"))]
     # -I: no site-packages and no cwd, so nothing of the installed clusterkit is found
     done = subprocess.run([sys.executable, "-I", str(app), "--world-size", "4", "--tasks-per-node", "2",
                            "--script", "/dev/null", "--", "true"], capture_output=True, text=True,
