@@ -76,11 +76,11 @@ def submit_script(app: App, job: Any, settings: dict[str, Any], script: str, tes
 
 
 def sbatch_job(app: App, job: Any, script: str, settings: dict[str, Any] | None = None) -> str:
-    """Submit a script rendered from the job (a benchmark's): its job id, with a record."""
+    """Submit a script rendered from the job (a benchmark's, never supervised): its job id, with a record."""
     from cluster_kit import lifecycle
     from cluster_kit.config.effective import effective
 
-    return lifecycle.submit(app.runner(job.profile.data), job, settings or effective(job), script)
+    return lifecycle.submit(app.runner(job.profile.data), job, settings or effective(job, supervised=False), script)
 
 
 def state_reporter(job_id: str) -> Any:
@@ -195,7 +195,7 @@ def follow_job(app: App, job: Any, job_id: str, wait: bool, doc: dict[str, Any] 
     report = state_reporter(job_id)
 
     def on_status(status: Any) -> None:
-        seen.append(status.phase)
+        seen.append(status)
         if report is not None:
             report(status)
 
@@ -203,14 +203,24 @@ def follow_job(app: App, job: Any, job_id: str, wait: bool, doc: dict[str, Any] 
         lifecycle.refuse_never_start(runner, job_id)
         if not wait:
             return
-        result = lifecycle.wait(runner, job_id, on_status=on_status, launcher=job.data.get("launcher"))
+        result = lifecycle.wait(runner, job_id, on_status=on_status, launcher=job.data.get("launcher"),
+                                on_restart=say_restart)
     except KeyboardInterrupt:
-        interrupted(job_id, seen[-1] if seen else None, cancel_hint(job, job_id))
+        current = seen[-1].job_id if seen else job_id  # a restart runs as a job of its own
+        interrupted(current, seen[-1].phase if seen else None, cancel_hint(job, current))
         return
     click.echo(result.explanation, err=True)
     if doc is not None:
-        click.echo(json.dumps({**doc, **result.as_dict()}, indent=2))
+        # job_id stays the submitted job's: a restarted job ends as another (its attempts say which)
+        click.echo(json.dumps({**doc, **result.as_dict(), "job_id": doc["job_id"]}, indent=2))
     exit_with(result.exit_status or 0)
+
+
+def say_restart(line: str) -> None:
+    """A supervised job restarted as a new job: one line on stderr."""
+    from cluster_kit.report.text import printable
+
+    click.echo(f"clusterkit: {printable(line)}", err=True)
 
 
 def submit_document(job_id: str | None, route: Any, report: dict | None,
@@ -267,8 +277,11 @@ def submit(app: App, job_file: str, dry_run: bool, test_only: bool, no_preflight
         follow_job(app, job, job_id, wait, doc if wait else None)
 
 
-def status_document(status: Any, result: Any) -> dict[str, Any]:
-    """`status --json`: Slurm's fields, each array task's, and how the job ended."""
+def status_document(status: Any, result: Any, chain: Any = None) -> dict[str, Any]:
+    """`status --json`: Slurm's fields, each array task's, how the job ended and,
+    for a supervised job, its chain's attempts."""
+    from cluster_kit.lifecycle import chains
+
     doc = {name: str(value) if name == "exit_code" else value for name, value in status.items()}
     doc["job_id"] = status.job_id
     if status.tasks:
@@ -276,7 +289,38 @@ def status_document(status: Any, result: Any) -> dict[str, Any]:
                         for task in status.tasks]
     if result is not None:
         doc["outcome"] = result.as_dict()
+    if chain is not None:
+        doc["attempts"] = chains.attempt_summaries(chain)
+        doc["chain"] = {"job_id": chain.chain_id, "current_job_id": chain.current_job_id,
+                        "final": chain.final, "record": chain.path}
     return doc
+
+
+def job_chain(runner: Any, job_id: str, status: Any) -> Any:
+    """The chain of attempts of a supervised job (None for any other job), each of its
+    restarts remembered so that a later command finds them after Slurm forgot them."""
+    from cluster_kit import lifecycle
+
+    if status.tasks:
+        return None
+    chain = lifecycle.find_chain(runner, job_id, status.stdout_path)
+    if chain is not None:
+        lifecycle.remember_chain(chain, lifecycle.where_key(runner))
+    return chain
+
+
+def attempt_rows(chain: Any) -> list[list[str]]:
+    """One row per attempt: number, job, nodes, how it ended, the culprit and the nodes left out."""
+    from cluster_kit.report.text import printable
+
+    rows = []
+    for attempt in chain.attempts:
+        blamed = (attempt.get("culprit") or {}).get("evidence") or ""
+        excluded = ",".join(map(str, attempt.get("excluded") or ()))
+        culprit = "; ".join(part for part in (blamed, f"excluded {excluded}" if excluded else "") if part)
+        rows.append([str(attempt.get("attempt", "?")), str(attempt.get("slurm_job_id")),
+                     str(attempt.get("nodes") or "-"), str(attempt.get("ended")), culprit or "-"])
+    return [[printable(cell) for cell in row] for row in rows]
 
 
 @click.command()
@@ -288,13 +332,15 @@ def status(app: App, job_id: str, profile_ref: str | None, as_json: bool) -> Non
     """The job's state (squeue, then scontrol or sacct once it ended, then
     clusterkit's record once Slurm forgot it); how it ended."""
     from cluster_kit import lifecycle
-    from cluster_kit.report.text import format_table
+    from cluster_kit.lifecycle import chains
+    from cluster_kit.report.text import format_table, printable
 
     runner = job_runner(app, profile_ref, job_id)
     info = lifecycle.status_or_record(runner, job_id)
     result = lifecycle.job_outcome(runner, info, _launcher(job_id)) if info.finished else None
+    chain = job_chain(runner, job_id, info)
     if as_json:
-        click.echo(json.dumps(status_document(info, result), indent=2))
+        click.echo(json.dumps(status_document(info, result, chain), indent=2))
         return
     rows = [[k, str(v)] for k, v in info.items()]
     rows += [[f"task {t.job_id}", f"{t.state} exit {t.exit_status}" if t.finished else t.state]
@@ -304,6 +350,9 @@ def status(app: App, job_id: str, profile_ref: str | None, as_json: bool) -> Non
         click.echo(f"Slurm no longer knows job {job_id}; shown from clusterkit's record", err=True)
     if result is not None:
         click.echo(result.explanation)
+    if chain is not None:
+        click.echo(format_table(["ATTEMPT", "JOB", "NODES", "ENDED", "CULPRIT"], attempt_rows(chain)))
+        click.echo(printable(chains.progress(chain)))
 
 
 def _launcher(job_id: str) -> str:
@@ -360,6 +409,74 @@ def echo_outputs(runner: Any, paths: dict[str, str], offsets: dict[str, int]) ->
         offsets[task_id] = offsets.get(task_id, 0) + len(chunk.encode())
 
 
+class ChainPrinter:
+    """Prints the output files of a chain's attempts in order, each under a
+    `==> attempt N: job ID: PATH <==` header; later calls go on from the newest file."""
+
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner
+        self.offsets: dict[str, int] = {}
+        self.header: str | None = None
+        self.start = 0
+        self.line_open = False
+
+    def echo(self, chain: Any, every: bool = False) -> None:
+        """Print what each file got since the last call (`every`: a header even for an empty file)."""
+        from cluster_kit.lifecycle import chains
+        from cluster_kit.slurm import jobs
+
+        files = chains.attempt_outputs(chain)
+        for label, path in files[self.start:]:
+            chunk = jobs.read_path(self.runner, path, self.offsets.get(path, 0))
+            header = f"==> {label}: {path} <=="
+            if (chunk or every) and header != self.header:
+                click.echo(("\n" if self.line_open else "") + header)
+                self.header, self.line_open = header, False
+            if chunk:
+                click.echo(chunk, nl=False)
+                self.line_open = not chunk.endswith("\n")
+            self.offsets[path] = self.offsets.get(path, 0) + len(chunk.encode())
+        self.start = max(self.start, len(files) - 1)
+
+
+def chain_logs(runner: Any, chain: Any, follow: bool, launcher: str) -> None:
+    """`logs` of a supervised job: every attempt's output; `-f` follows the chain's newest
+    attempt, through its restarts, and exits with the chain's exit code."""
+    from cluster_kit import lifecycle
+
+    printer = ChainPrinter(runner)
+    printer.echo(chain, every=True)
+    if not follow:
+        return
+    if chain.final is None:
+        result = lifecycle.wait(runner, chain.current_job_id, poll=1.0, launcher=launcher, chain=chain,
+                                on_status=lambda _s: printer.echo(lifecycle.read_chain(runner, chain.folder) or chain),
+                                on_restart=say_restart, cancel_never_start=False)
+        chain = lifecycle.read_chain(runner, chain.folder) or chain
+    else:
+        result = None
+    printer.echo(chain)  # what the last attempt wrote while it ended
+    if result is None:
+        result = ended_chain_outcome(runner, chain, launcher)
+    click.echo(result.explanation, err=True)
+    # A job someone cancelled was stopped on purpose: only a failure is an error.
+    exit_with(0 if result.state == "CANCELLED" else result.exit_status or 0)
+
+
+def ended_chain_outcome(runner: Any, chain: Any, launcher: str) -> Any:
+    """How an ended chain ended: its last job's outcome, else the record's alone."""
+    from cluster_kit import lifecycle
+    from cluster_kit.lifecycle import chains
+    from cluster_kit.lifecycle.chain_diagnosis import chain_state
+
+    try:
+        status = lifecycle.status_or_record(runner, chain.current_job_id)
+    except ClusterRefused:
+        return lifecycle.Outcome(chain.current_job_id, chain_state(chain, None), chain.exit_code,
+                                 f"job {chain.chain_id}: {chains.summary(chain)}")
+    return lifecycle.chain_outcome(lifecycle.job_outcome(runner, status, launcher), chain)
+
+
 @click.command()
 @job_id_arg
 @click.option("-f", "--follow", is_flag=True,
@@ -367,11 +484,16 @@ def echo_outputs(runner: Any, paths: dict[str, str], offsets: dict[str, int]) ->
 @login_profile_option
 @pass_app
 def logs(app: App, job_id: str, follow: bool, profile_ref: str | None) -> None:
-    """Print the job's output file (every task's, for an array job)."""
+    """Print the job's output file (every task's, for an array job; every attempt's,
+    for a job with `resilience:`)."""
     from cluster_kit import lifecycle
 
     runner = job_runner(app, profile_ref, job_id)
     info = lifecycle.status_or_record(runner, job_id)
+    chain = job_chain(runner, job_id, info)
+    if chain is not None:
+        chain_logs(runner, chain, follow, _launcher(job_id))
+        return
     offsets: dict[str, int] = {}
     paths = output_files(runner, job_id)
     echo_outputs(runner, paths, offsets)
@@ -400,19 +522,62 @@ def logs(app: App, job_id: str, follow: bool, profile_ref: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
 @pass_app
 def diagnose(app: App, job_id: str, profile_ref: str | None, as_json: bool) -> None:
-    """How the job ended (or that it runs), who is to blame, and what to do next."""
+    """How the job ended (or that it runs), who is to blame, and what to do next;
+    every attempt, for a job with `resilience:`."""
     from cluster_kit.lifecycle.diagnosis import diagnose as build
+    from cluster_kit.report.text import printable
 
     doc = build(job_runner(app, profile_ref, job_id), job_id, _launcher(job_id))
     if as_json:
         click.echo(json.dumps(doc, indent=2))
         return
+    for line in diagnosis_lines(doc):
+        click.echo(printable(line))
+
+
+STACK_LINES = 6  # of a culprit rank's stack shown in diagnose's text
+
+
+def diagnosis_lines(doc: dict[str, Any]) -> list[str]:
+    """`diagnose`'s text: each attempt, its culprit and what came next; the chain's end; advice."""
+    chain = "chain_id" in doc
+    lines = []
     for attempt in doc["attempts"]:
-        click.echo(f"attempt {attempt['attempt']} (job {attempt['slurm_job_id']}, nodes "
-                   f"{attempt['nodes'] or '-'}): {attempt['ended']}")
+        code = f" (exit code {attempt['exit_code']})" if chain and attempt.get("exit_code") is not None else ""
+        found = (f", found after {attempt['detected_after_s']:g} s"
+                 if isinstance(attempt.get("detected_after_s"), (int, float)) else "")
+        lines.append(f"attempt {attempt['attempt']} (job {attempt['slurm_job_id']}, nodes "
+                     f"{attempt['nodes'] or '-'}): {attempt['ended']}{code}{found}")
         if attempt.get("explanation"):
-            click.echo(f"  {attempt['explanation']}")
+            lines.append(f"  {attempt['explanation']}")
         if attempt.get("culprit"):
-            click.echo(f"  culprit: {attempt['culprit']['evidence']}")
-    for line in doc["advice"]:
-        click.echo(f"advice: {line}")
+            lines.append(f"  culprit: {attempt['culprit']['evidence']}")
+        if chain:
+            lines += chain_attempt_lines(attempt)
+    if chain:
+        final = doc.get("final")
+        end = (f"{final.get('why') or final.get('ended')} (exit code {final.get('exit_code')})" if final
+               else "not over")
+        lines.append(f"chain of job {doc['chain_id']}: {end}; Slurm state {doc['state']}")
+    return lines + [f"advice: {line}" for line in doc["advice"]]
+
+
+def chain_attempt_lines(attempt: dict[str, Any]) -> list[str]:
+    """A supervised attempt's blamed ranks and hosts, excluded nodes, what came next, and
+    the last lines of each culprit rank's stack."""
+    lines = []
+    culprit = attempt.get("culprit") or {}
+    if culprit.get("ranks") or culprit.get("hosts"):
+        ranks = ",".join(map(str, culprit.get("ranks") or ())) or "-"
+        lines.append(f"  blamed: rank(s) {ranks} on {','.join(map(str, culprit.get('hosts') or ())) or '-'}")
+    for rank in culprit.get("ranks") or ():
+        stack = (attempt.get("stacks") or {}).get(str(rank))
+        if stack:
+            lines.append(f"  stack of rank {rank} (last lines):")
+            lines += [f"    {line}" for line in [s for s in str(stack).splitlines() if s.strip()][-STACK_LINES:]]
+    if attempt.get("excluded"):
+        lines.append(f"  excluded from the next attempts: {','.join(map(str, attempt['excluded']))}")
+    if attempt.get("why"):
+        after = f"; restarted as job {attempt['next_job_id']}" if attempt.get("next_job_id") else ""
+        lines.append(f"  then: {attempt['why']}{after}")
+    return lines

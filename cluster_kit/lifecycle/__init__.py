@@ -3,10 +3,19 @@
 `submit`, `bench allreduce` and `bench ddp` submit and wait through here, so a
 job Slurm can never start is cancelled the same way everywhere, every job gets
 a record, and every ended job is explained the same way (Slurm's state, the
-first failing task, the job's exit code).
+first failing task, the job's exit code). A job with `resilience:` is followed
+through its chain of attempts (chains.py) by `wait`, `status`, `logs` and `diagnose`.
 """
+from cluster_kit.lifecycle.chains import (
+                                          Chain,
+                                          find_chain,
+                                          read_chain,
+                                          remember_chain,
+                                          restart_line,
+)
 from cluster_kit.lifecycle.follow import (
                                           Outcome,
+                                          chain_outcome,
                                           explain_status,
                                           job_outcome,
                                           state_changes,
@@ -16,5 +25,6 @@ from cluster_kit.lifecycle.follow import (
 from cluster_kit.lifecycle.records import JobRecord
 from cluster_kit.lifecycle.submission import refuse_never_start, submit, where_key
 
-__all__ = ["JobRecord", "Outcome", "explain_status", "job_outcome", "refuse_never_start",
-           "state_changes", "status_or_record", "submit", "wait", "where_key"]
+__all__ = ["Chain", "JobRecord", "Outcome", "chain_outcome", "explain_status", "find_chain", "job_outcome",
+           "read_chain", "refuse_never_start", "remember_chain", "restart_line", "state_changes",
+           "status_or_record", "submit", "wait", "where_key"]

@@ -1,6 +1,7 @@
 """`clusterkit diagnose`: how each attempt of a job ended and who is to blame.
 
-A job submitted without `resilience:` has one attempt; it is diagnosed from
+A job with `resilience:` is diagnosed from its chain's attempts record
+(chain_diagnosis.py). A job submitted without it has one attempt; it is diagnosed from
 what Slurm and the job's output hold: Slurm's state, the first task srun named
 as failing (with the last line that rank printed), the nodes Slurm reported
 failed. The words of `ended` are the product's: completed, hang, crash,
@@ -67,10 +68,18 @@ def advice_for(ended: str, blamed: dict[str, Any] | None, job_id: str) -> list[s
 
 
 def diagnose(runner: Runner, job_id: str, launcher: str = "srun") -> dict[str, Any]:
-    """The `diagnose --json` document of a job's single attempt."""
+    """The `diagnose --json` document of a job: every attempt of a supervised job's
+    chain, else the job's single attempt."""
+    from cluster_kit.lifecycle.chain_diagnosis import diagnose_chain
+    from cluster_kit.lifecycle.chains import find_chain, remember_chain
     from cluster_kit.lifecycle.follow import job_outcome, status_or_record
+    from cluster_kit.lifecycle.submission import where_key
 
     status = status_or_record(runner, job_id)
+    chain = find_chain(runner, job_id, status.stdout_path) if not status.tasks else None
+    if chain is not None:
+        remember_chain(chain, where_key(runner))
+        return diagnose_chain(runner, chain, job_id)
     ended = ended_as(status)
     result = job_outcome(runner, status, launcher) if status.finished else None
     path = _failing_output(status, result)

@@ -1,12 +1,18 @@
-"""Follow a submitted job to its end and say how it ended."""
+"""Follow a submitted job to its end and say how it ended.
+
+A job with `resilience:` ends at the end of its chain: each restart is a new
+Slurm job, named in the attempts record (lifecycle/chains.py), and waited for in turn.
+"""
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cluster_kit.errors import ClusterRefused
-from cluster_kit.lifecycle import records
+from cluster_kit.lifecycle import chains, records
 from cluster_kit.lifecycle.submission import where_key
 from cluster_kit.slurm import builders as slurm
 from cluster_kit.slurm import jobs, outcome
@@ -15,6 +21,10 @@ if TYPE_CHECKING:
     from cluster_kit.slurm.runner import Runner
 
 FORGOTTEN = "UNKNOWN"  # the state of a job Slurm forgot and no record says how it ended
+# The attempts record is written as the supervisor ends, just before the job does; a
+# file system shared with the login host may show it a little later: read it again
+# this many times, a second apart, before going by Slurm alone.
+RECORD_READS = 10
 
 
 @dataclass(frozen=True)
@@ -28,6 +38,7 @@ class Outcome:
     output: str | None = None
     tasks: tuple[Outcome, ...] = ()
     first_failure: dict[str, Any] | None = None
+    attempts: tuple[dict[str, Any], ...] = ()  # a supervised job's attempts (chains.attempt_summaries)
 
     def as_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"job_id": self.job_id, "state": self.state, "exit_code": self.exit_status,
@@ -36,6 +47,8 @@ class Outcome:
             doc["first_failure"] = self.first_failure
         if self.tasks:
             doc["tasks"] = [task.as_dict() for task in self.tasks]
+        if self.attempts:
+            doc["attempts"] = list(self.attempts)
         return doc
 
 
@@ -101,15 +114,68 @@ def explain_status(status: jobs.JobStatus) -> str:
 
 
 def wait(runner: Runner, job_id: str, on_status: Callable[[jobs.JobStatus], None] | None = None,
-         poll: float = 5.0, launcher: str | None = None) -> Outcome:
+         poll: float = 5.0, launcher: str | None = None, *,
+         on_restart: Callable[[str], None] | None = None, chain: chains.Chain | None = None,
+         cancel_never_start: bool = True, sleep: Callable[[float], None] | None = None) -> Outcome:
     """Poll until the job ends (cancelling it if Slurm can never start it,
-    ClusterRefused then); its outcome, also kept in its record."""
-    jobs.wait(runner, job_id, poll=poll, on_status=on_status, cancel_never_start=True)
-    status = jobs.job_status(runner, job_id)
+    ClusterRefused then); its outcome, also kept in its record.
+
+    A job with `resilience:` is followed through its restarts: when its attempts
+    record says the chain goes on, `on_restart` gets one line and the next job is
+    waited for. The outcome is then the last job's, with the chain's exit code and
+    its `attempts`. `chain`: the job's chain when already read.
+    """
+    sleep = sleep or time.sleep
     record = records.find(job_id, where_key(runner))
-    result = job_outcome(runner, status, launcher or (record.launcher if record else "srun"))
+    record = record if record is not None and record.job_id == job_id else None
+    launcher = launcher or (record.launcher if record else "srun")
+    current = job_id
+    while True:
+        jobs.wait(runner, current, poll=poll, on_status=on_status, cancel_never_start=cancel_never_start,
+                  sleep=sleep)
+        status = jobs.job_status(runner, current)
+        result = job_outcome(runner, status, launcher)
+        chain = settled_chain(runner, chain, record if current == job_id else None, status, sleep)
+        following = chain.after(current) if chain is not None else None
+        if chain is None or following is None:
+            break
+        if on_restart is not None:
+            on_restart(chains.restart_line(chain, current))
+        current = following
+    result = chain_outcome(result, chain)
     remember(record, result)
+    if chain is not None:
+        chains.remember_chain(chain, where_key(runner))
     return result
+
+
+def settled_chain(runner: Runner, chain: chains.Chain | None, record: records.JobRecord | None,
+                  status: jobs.JobStatus, sleep: Callable[[float], None] = time.sleep) -> chains.Chain | None:
+    """The chain of the job that just ended (`status`), once its record says how that
+    job's attempt ended: read again while it lags (RECORD_READS); None without a chain."""
+    def read() -> chains.Chain | None:
+        if chain is not None:
+            return chains.read_chain(runner, chain.folder) or chain
+        return chains.find_chain(runner, record or status.job_id, status.stdout_path)
+
+    found = read()
+    supervised = found is not None or bool(record is not None and record.settings.get("resilience"))
+    for _ in range(RECORD_READS if supervised else 0):
+        if found is not None and found.ended(status.job_id):
+            break
+        sleep(1.0)
+        found = read() or found
+    return found
+
+
+def chain_outcome(result: Outcome, chain: chains.Chain | None) -> Outcome:
+    """The last job's outcome as the chain's: its exit code (once the record has it),
+    the chain's end after Slurm's words, and the attempts."""
+    if chain is None:
+        return result
+    code = chain.exit_code if chain.exit_code is not None else result.exit_status
+    return dataclasses.replace(result, exit_status=code, explanation=f"{result.explanation}; {chains.summary(chain)}",
+                               attempts=tuple(chains.attempt_summaries(chain)))
 
 
 def remember(record: records.JobRecord | None, result: Outcome) -> None:

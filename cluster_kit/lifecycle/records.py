@@ -43,6 +43,7 @@ class JobRecord:
     script: str = ""
     preflight: dict[str, Any] | None = None
     ended: dict[str, Any] | None = None  # {"state", "exit_status", "explanation"} once seen
+    chain_id: str | None = None     # a restart of a `resilience:` job: the id of the chain's first job
     version: int = RECORD_VERSION
 
     def to_json(self) -> str:

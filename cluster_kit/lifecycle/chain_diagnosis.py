@@ -1,0 +1,141 @@
+"""`clusterkit diagnose` of a job with `resilience:`: every attempt of its chain.
+
+The supervisor already diagnosed each attempt (how it ended, the culprit ranks and
+hosts with the evidence, the stacks of a hang) into the attempts record; this adds
+Slurm's state of the job the chain runs as now and the advice that needs the
+whole chain: a node blamed again, a failure that follows the script from node to
+node, restarts used up.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from cluster_kit.errors import ClusterRefused
+from cluster_kit.lifecycle.chains import Chain
+from cluster_kit.lifecycle.diagnosis import ended_as
+from cluster_kit.slurm import builders as slurm
+from cluster_kit.supervisor.record import FAILURES, REQUEUES, count
+
+if TYPE_CHECKING:
+    from cluster_kit.slurm import jobs
+    from cluster_kit.slurm.runner import Runner
+
+# Slurm's word for how a chain ended, once Slurm forgot its last job.
+FINAL_STATES = {"completed": "COMPLETED", "cancelled": "CANCELLED", "time_limit": "TIMEOUT",
+                "preempted": "PREEMPTED", "node_failure": "NODE_FAIL"}
+ATTEMPT_KEYS = ("attempt", "slurm_job_id", "nodes", "ended", "exit_code", "detected_after_s", "culprit",
+                "excluded", "why", "next_job_id", "output", "stacks")
+
+
+def diagnose_chain(runner: Runner, chain: Chain, job_id: str) -> dict[str, Any]:
+    """The `diagnose --json` document of a supervised job (`job_id`: any job of its chain)."""
+    from cluster_kit.lifecycle.follow import status_or_record
+
+    current = chain.current_job_id
+    try:
+        status: jobs.JobStatus | None = status_or_record(runner, current)
+    except ClusterRefused:
+        status = None
+    attempts = [attempt_entry(a, status) for a in chain.attempts]
+    doc: dict[str, Any] = {"job_id": job_id, "chain_id": chain.chain_id, "state": chain_state(chain, status),
+                           "attempts": attempts}
+    if chain.final is not None:
+        doc["final"] = chain.final
+    doc["advice"] = chain_advice(chain, attempts, status)
+    return doc
+
+
+def attempt_entry(attempt: dict[str, Any], status: jobs.JobStatus | None) -> dict[str, Any]:
+    """The record's attempt in the SPEC's shape; one the record says runs is judged by
+    Slurm once its job ended (its supervisor could not write the end)."""
+    entry = {k: attempt[k] for k in ATTEMPT_KEYS if attempt.get(k) not in (None, [], {}, "")}
+    entry.setdefault("nodes", "")
+    if (entry.get("ended") == "running" and status is not None and status.finished
+            and status.job_id == entry.get("slurm_job_id")):
+        entry["ended"] = ended_as(status)
+        entry["why"] = f"Slurm says job {status.job_id} ended {status.state}; its supervisor did not record the end"
+    return entry
+
+
+def chain_state(chain: Chain, status: jobs.JobStatus | None) -> str:
+    """Slurm's state of the job the chain runs as now; once Slurm forgot it, the record's end."""
+    if status is not None and status.state and status.state != "UNKNOWN":
+        return slurm.base_state(status.state) or status.state
+    if chain.final is not None:
+        return FINAL_STATES.get(str(chain.final.get("ended")), "FAILED")
+    return "UNKNOWN"
+
+
+def chain_advice(chain: Chain, attempts: list[dict[str, Any]], status: jobs.JobStatus | None) -> list[str]:
+    """What to do next, from the whole chain."""
+    advice = _node_advice(attempts) + _crash_advice(attempts) + _final_advice(chain)
+    if chain.final is None and status is not None and not status.finished:
+        advice.append(f"the job runs as job {status.job_id} ({status.state}): follow it with "
+                      f"clusterkit logs -f {status.job_id}")
+    return advice
+
+
+def _blamed_hosts(attempt: dict[str, Any]) -> list[str]:
+    return [str(h) for h in (attempt.get("culprit") or {}).get("hosts") or ()]
+
+
+def _node_advice(attempts: list[dict[str, Any]]) -> list[str]:
+    """A node blamed by two attempts, or for a hang or a node failure: check it, drain it."""
+    blamed = Counter(h for a in attempts for h in dict.fromkeys(_blamed_hosts(a)))
+    advice = []
+    for host, times in blamed.items():
+        if times > 1:
+            advice.append(f"{host} was blamed by {times} attempts: check it (clusterkit audit --nodes {host}) "
+                          "and keep jobs off it until it is fixed (drain it; audit --drain --apply drains "
+                          "a node that fails a check)")
+    for attempt in attempts:
+        hosts = [h for h in _blamed_hosts(attempt) if blamed[h] == 1]
+        if hosts and attempt.get("ended") in ("hang", "node_failure"):
+            nodes = ",".join(hosts)
+            what = "hung on" if attempt["ended"] == "hang" else "lost"
+            advice.append(f"attempt {attempt['attempt']} {what} {nodes}: check {nodes} (clusterkit audit "
+                          f"--nodes {nodes}) before it runs jobs again; drain it if a check fails "
+                          "(audit --drain --apply)")
+    return advice
+
+
+def _crash_advice(attempts: list[dict[str, Any]]) -> list[str]:
+    """The same crash on different nodes follows the script; one crash: read its traceback."""
+    crashes = [a for a in attempts if a.get("ended") == "crash" and a.get("culprit")]
+    if not crashes:
+        return []
+    hosts = {h for a in crashes for h in _blamed_hosts(a)}
+    shapes = {_without_hosts(a) for a in crashes}
+    last = crashes[-1]
+    if len(crashes) > 1 and len(shapes) == 1 and len(hosts) > 1:
+        return [(f"the same failure on {', '.join(sorted(hosts))} follows the script, not a node: fix it "
+                 f"(clusterkit logs {last['slurm_job_id']}): {last['culprit']['evidence']}")]
+    return [f"read the traceback of attempt {a['attempt']}: clusterkit logs {a['slurm_job_id']}" for a in crashes]
+
+
+def _without_hosts(attempt: dict[str, Any]) -> str:
+    evidence = str(attempt["culprit"].get("evidence") or "")
+    for host in _blamed_hosts(attempt):
+        evidence = evidence.replace(host, "HOST")
+    return evidence
+
+
+def _final_advice(chain: Chain) -> list[str]:
+    """Restarts or requeues used up, or a restart sbatch refused."""
+    final = chain.final
+    if final is None:
+        return []
+    ended, resilience = final.get("ended"), chain.resilience
+    record = {"attempts": list(chain.attempts)}
+    if ended in FAILURES and count(record, FAILURES) > int(resilience.get("max_restarts", 0)):
+        return [(f"the chain stopped: max_restarts ({resilience.get('max_restarts')}) are used up after "
+                 f"{count(record, FAILURES)} failures: fix the culprit above, or raise resilience.max_restarts "
+                 "in the job file, and submit it again")]
+    if ended in REQUEUES and count(record, REQUEUES) > int(resilience.get("max_time_requeues", 0)):
+        return [(f"the chain stopped: max_time_requeues ({resilience.get('max_time_requeues')}) are used up: "
+                 "raise the job's time or resilience.max_time_requeues, and submit it again (the checkpoints "
+                 "in its checkpoint_dir let it resume)")]
+    if ended in FAILURES + REQUEUES:
+        return [f"the chain stopped: {final.get('why')}: submit the job again once that is fixed"]
+    return []
