@@ -115,7 +115,9 @@ def partition_nodes(job):
 
 def submit_next(folder, job_id, chain_id, exclude, script):
     """sbatch the next attempt, to start once this job ended; its job id."""
-    argv = ["sbatch", "--parsable", f"--dependency=afterany:{job_id}", "--kill-on-invalid-dep=yes"]
+    # append: an output path without %j is every attempt's, and sbatch would truncate it
+    argv = ["sbatch", "--parsable", f"--dependency=afterany:{job_id}", "--kill-on-invalid-dep=yes",
+            "--open-mode=append"]
     if exclude:
         argv.append("--exclude={}".format(",".join(exclude)))
     env = {k: v for k, v in os.environ.items()

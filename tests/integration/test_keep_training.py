@@ -109,8 +109,15 @@ def reference(dev_cluster: Any, folder: Path) -> Path:
 
 def test_a_hung_rank_is_named_with_its_node_and_the_job_resumes_without_it(
         dev_cluster: Any, folder: Path, reference: Path) -> None:
-    job_id = submit(dev_cluster, job(folder, "ck-hang", "--plant", "0:hang:3:10"))
+    waited = clusterkit(dev_cluster, "submit", str(job(folder, "ck-hang", "--plant", "0:hang:3:10")),
+                        "--no-preflight", "--wait", "--json", timeout=CHAIN_TIMEOUT_S)
+    assert waited.returncode == 0, waited.stderr  # --wait followed the chain to its completed attempt
+    job_id = json.loads(waited.stdout)["job_id"]
     record = chain_record(folder, job_id)
+    assert "clusterkit: attempt 0 ended (hang: rank 3 is not in" in waited.stderr, waited.stderr
+    assert f"restarted as job {record['attempts'][1]['slurm_job_id']} without" in waited.stderr
+    status = json.loads(clusterkit(dev_cluster, "status", job_id, "--json").stdout)
+    assert [a["ended"] for a in status["attempts"]] == ["hang", "completed"], status
     first, second = record["attempts"]
     culprit = second_node(dev_cluster, first["nodes"])  # ranks 2-3 run on the second node
     assert first["ended"] == "hang", first
@@ -196,8 +203,17 @@ def test_a_node_the_in_job_preflight_fails_is_blamed_before_training(
 
 def test_max_restarts_used_up_ends_the_chain_with_exit_1_and_nothing_queued(
         dev_cluster: Any, folder: Path) -> None:
-    job_id = submit(dev_cluster, job(folder, "ck-broken", "--plant", "any:raise:0:2", resilience={"max_restarts": 1, "exclude": "never"}))
+    broken = job(folder, "ck-broken", "--plant", "any:raise:0:2", resilience={"max_restarts": 1, "exclude": "never"})
+    waited = clusterkit(dev_cluster, "submit", str(broken), "--no-preflight", "--wait", timeout=CHAIN_TIMEOUT_S)
+    assert waited.returncode == 1, waited.stderr  # the chain's exit, not the first attempt's
+    job_id = job_id_of(waited)
     record = chain_record(folder, job_id)
+    diagnosed = clusterkit(dev_cluster, "diagnose", job_id, "--json")
+    assert diagnosed.returncode == 0, diagnosed.stderr
+    doc = json.loads(diagnosed.stdout)
+    assert [a["ended"] for a in doc["attempts"]] == ["crash", "crash"]
+    assert doc["attempts"][0]["culprit"]["ranks"] == [0]
+    assert "max_restarts (1) are used up" in json.dumps(doc), doc
     assert [a["ended"] for a in record["attempts"]] == ["crash", "crash"]
     assert record["final"] == {"ended": "crash", "exit_code": 1,
                                "why": "a crash, and max_restarts (1) are used up"}
