@@ -193,12 +193,15 @@ def main() -> int:
             say(f"rank=0 steps={args.steps} loss={loss:.4f} weights_in_sync={str(in_sync).lower()} {verdict}")
         return 0 if ok and in_sync else 1
     finally:
-        # No rank tears its connections down while a peer still talks over them:
-        # a gloo peer that loses them aborts ("terminate called without an active
-        # exception"), and the job then fails after training succeeded.
         dist.barrier()
-        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Leave at once, every rank right after the last barrier, without tearing the
+    # process group down: a gloo rank whose peer closed its connections first (in
+    # destroy_process_group or at interpreter exit) aborts with "terminate called
+    # without an active exception", and the job fails after training succeeded.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -143,10 +143,14 @@ def main() -> int:
     save(model, optimizer, done + todo)
     if dist.get_rank() == 0:
         sys.stdout.write(f"rank=0 steps={todo} resumed_at={done} loss={float(loss):.4f} ok\n")
-    dist.barrier()  # as in train_ddp.py: nobody tears the group down under a peer
-    dist.destroy_process_group()
+    dist.barrier()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # As in train_ddp.py: every rank leaves right after the last barrier, without
+    # tearing the gloo group down under a peer (which aborts that peer).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from datetime import timedelta
 
@@ -133,9 +134,15 @@ def main() -> int:
     if rank == 0 and args.weights_out:
         torch.save(model.state_dict(), args.weights_out)
     print(f"rank {rank}: trained {args.steps} steps", flush=True)
-    dist.destroy_process_group()
+    dist.barrier()
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    code = main()
+    # Every rank leaves right after the last barrier, without tearing the process
+    # group down: a gloo rank whose peer closed its connections first aborts
+    # ("terminate called without an active exception") after training succeeded.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
