@@ -79,6 +79,14 @@ def _task_nodes(first_task):
     return [first_task.node] if first_task is not None else []
 
 
+def excludable(culprit, allocated):
+    """The culprit with only the hosts Slurm gave the attempt: a host name a rank
+    wrote into its files never reaches sbatch's command line by itself."""
+    if not culprit:
+        return culprit
+    return dict(culprit, hosts=[h for h in culprit.get("hosts", []) if h in allocated])
+
+
 def next_step(record, ended, culprit, resilience, exit_code, partition=(), needed=0):
     """{"action": "restart"|"finish", "exclude": [...], "exit_code": N, "why": "..."}.
 

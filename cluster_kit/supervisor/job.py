@@ -301,7 +301,8 @@ def run(args):
     if blamed:
         attempt["culprit"] = {k: blamed[k] for k in ("ranks", "hosts", "evidence")}
         attempt.update({k: blamed[k] for k in ("stacks", "detected_after_s") if k in blamed})
-    step = decide.next_step(rec, ended, blamed, rec["resilience"], code, partition_nodes(job),
+    step = decide.next_step(rec, ended, decide.excludable(blamed, hostnames(nodes)), rec["resilience"], code,
+                            partition_nodes(job),
                             int(job.get("NumNodes", "0").split("-")[0] or 0))
     return finish_attempt(rec, attempt, step, folder, job_id, chain_id)
 

@@ -130,3 +130,9 @@ def test_the_nodes_excluded_first_come_back_when_too_few_would_be_left() -> None
     enough = decide.next_step(rec, "crash", decide.culprit_of([0], ["n1"], "..."), RESILIENCE, 1,
                               partition=["n1", "n2", "n3", "n4"], needed=2)
     assert enough["exclude"] == ["n2", "n1"]
+
+
+def test_only_allocated_nodes_can_be_excluded() -> None:
+    told = decide.culprit_of([3], ["n2", "--partition=evil"], "what a rank wrote")
+    assert decide.excludable(told, ["n1", "n2"])["hosts"] == ["n2"]
+    assert decide.excludable(None, ["n1"]) is None
