@@ -15,7 +15,8 @@ graphs notes:
 * every new batch is ``copy_``-ed into static input/target tensors and the loss is
   read from a static output;
 * Adam-style optimizers need ``capturable=True`` (set here when their state is
-  still empty).
+  still empty; Adam/AdamW state loaded from a plain optimizer's checkpoint has its
+  step counts moved onto the device).
 
 Warm-up runs real optimizer steps on the example batch; the model's parameters,
 buffers and optimizer state are put back afterwards, so the first real step starts
@@ -245,13 +246,16 @@ def optimizer_advice(optimizer: torch.optim.Optimizer) -> str | None:
     """Why this optimizer's step cannot be captured, naming what would work; None if it can.
 
     Adam-style optimizers keep their step count on the GPU only with
-    ``capturable=True``; it is switched on here while their state is still empty.
-    SGD keeps no step count. Any other optimizer without a capturable mode keeps
+    ``capturable=True``; it is switched on here while their state is still empty,
+    and for Adam/AdamW also over state they already have (a resumed checkpoint):
+    their step counts move onto the device. SGD keeps no step count. Any other optimizer without a capturable mode keeps
     Python-side state that a replayed graph would never update.
     """
     name = type(optimizer).__name__
     groups = optimizer.param_groups
     if any("capturable" in group for group in groups):
+        if isinstance(optimizer, torch.optim.Adam):
+            return None  # loaded or earlier state is moved onto the device by build_step
         if optimizer.state and not all(group["capturable"] for group in groups):
             return (
                 f"{name} already has state and capturable=False, so its step count "
@@ -281,6 +285,18 @@ def why_eager_for(
             ")) so that skipping a step on inf/nan happens on the GPU"
         )
     return None
+
+
+def _lr_dtype(optimizer: torch.optim.Optimizer, group: dict[str, Any]) -> torch.dtype:
+    """The dtype of a captured lr tensor: float32 where a kernel reads it (fused).
+
+    Foreach Adam computes ``1 - lr * weight_decay`` from it: in float64 that rounds as
+    the plain loop's Python float does (see :meth:`HyperParams.plain_loop_division`).
+    """
+    foreach_adam = isinstance(optimizer, torch.optim.Adam) and not group.get("fused")
+    if foreach_adam and group.get("foreach") is not False:
+        return torch.float64
+    return torch.float32
 
 
 def _reads_tensor_lr(optimizer: torch.optim.Optimizer, group: dict[str, Any]) -> bool:
@@ -331,6 +347,7 @@ class HyperParams:
         self._own: list[Any] = []
         self._last: list[Any] = []
         self._frozen: list[list[tuple[str, Any]]] = []
+        self._reciprocals: list[torch.Tensor | None] = []
 
     def install(self) -> None:
         """Give every group whose update can read it a device tensor lr."""
@@ -338,14 +355,21 @@ class HyperParams:
             lr = group["lr"]
             tensor = None
             if _reads_tensor_lr(self.optimizer, group):
-                if torch.is_tensor(lr):
-                    tensor = lr.detach().to(self.device, torch.float32, copy=True)
+                if torch.is_tensor(lr):  # the dtype the plain loop computes with
+                    tensor = lr.detach().to(self.device, copy=True)
                 else:
                     tensor = torch.tensor(
-                        float(lr), dtype=torch.float32, device=self.device
+                        float(lr),
+                        dtype=_lr_dtype(self.optimizer, group),
+                        device=self.device,
                     )
                 group["lr"] = tensor
             self._tensors.append(tensor)
+            self._reciprocals.append(
+                None
+                if tensor is None or torch.is_tensor(lr) or tensor.dtype != torch.float64
+                else torch.tensor(1.0 / float(lr), dtype=torch.float32, device=self.device)
+            )
             self._own.append(lr)
             self._last.append(lr)
             self._frozen.append(
@@ -380,6 +404,7 @@ class HyperParams:
                 raise ValueError(self._float_lr_message(index, self._last[index], lr))
             if lr is not tensor:
                 tensor.copy_(lr)
+                self._fill_reciprocal(index, 1.0 / lr)
             return
         last = self._last[index]
         if not torch.is_tensor(last) and lr == last:
@@ -387,7 +412,43 @@ class HyperParams:
         if tensor is None:
             raise ValueError(self._float_lr_message(index, last, lr))
         tensor.fill_(lr)
+        self._fill_reciprocal(index, 1.0 / lr if lr else float("inf"))
         self._last[index] = lr
+
+    def _fill_reciprocal(self, index: int, value: Any) -> None:
+        reciprocal = self._reciprocals[index]
+        if reciprocal is not None:
+            if torch.is_tensor(value):
+                reciprocal.copy_(value)
+            else:
+                reciprocal.fill_(value)
+
+    @contextlib.contextmanager
+    def plain_loop_division(self) -> Any:
+        """While capturing: foreach Adam's division by lr, done as the plain loop does it.
+
+        With a Python float lr, capturable foreach Adam's ``_foreach_div_(x, lr)``
+        computes ``x * float32(1 / lr)``; with a tensor lr it divides, which differs in
+        the last bit. Adam turns such bits into lr-sized steps of parameters whose
+        gradient is noise (a bias before BatchNorm), so the graph multiplies by a
+        float32 reciprocal kept beside the lr tensor instead.
+        """
+        pairs = {
+            id(t): r for t, r in zip(self._tensors, self._reciprocals) if r is not None
+        }
+        real = torch._foreach_div_
+
+        def divide(tensors: Any, other: Any, *args: Any, **kwargs: Any) -> Any:
+            reciprocal = pairs.get(id(other)) if torch.is_tensor(other) else None
+            if reciprocal is None or args or kwargs:
+                return real(tensors, other, *args, **kwargs)
+            return torch._foreach_mul_(tensors, reciprocal)
+
+        torch._foreach_div_ = divide  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            torch._foreach_div_ = real  # type: ignore[assignment]
 
     def _float_lr_message(self, index: int, old: Any, new: Any) -> str:
         name = _describe(self.optimizer)
@@ -478,13 +539,34 @@ def _slowest_rank(values: list[float], device: torch.device) -> list[float]:
     return tensor.tolist()
 
 
+def _steps_onto_devices(
+    optimizer: torch.optim.Optimizer, group: dict[str, Any]
+) -> list[tuple[dict[str, Any], torch.Tensor]]:
+    """Move each host-side ``step`` of this group's state onto its parameter's device.
+
+    Returns (state, host tensor) pairs, so that dropping the graph can put them back.
+    """
+    moved = []
+    for param in group["params"]:
+        state = optimizer.state.get(param, {})
+        step = state.get("step")
+        if torch.is_tensor(step) and step.device != param.device:
+            state["step"] = step.to(param.device, copy=True)
+            moved.append((state, step))
+        elif step is not None and not torch.is_tensor(step):
+            state["step"] = torch.tensor(float(step), device=param.device)
+    return moved
+
+
 class GraphedStep:
     """One DDP training step, replayed from a CUDA graph when it can be.
 
     ``model`` is the (DDP-wrapped) module, ``optimizer`` steps its parameters,
     ``loss_fn(output, targets)`` returns a scalar loss, and ``example_batch`` is an
-    ``(inputs, targets)`` pair with the shapes and dtypes of every later batch (a
-    graph replays fixed shapes: drop or pad a short last batch). ``warmup`` eager
+    ``(inputs, targets)`` pair with the shapes and dtypes of the later batches (a
+    batch of another shape, e.g. a short last batch, runs the plain loop's step
+    eagerly on the same state, logged once; the next batch of the captured shape
+    replays the graph again). ``warmup`` eager
     iterations run before capture (at least 11 for DDP).
 
     ``autocast_dtype`` runs forward and loss under autocast; ``max_grad_norm``
@@ -540,8 +622,10 @@ class GraphedStep:
             capture_stream(self.device) if model in _BUILT_ON_CAPTURE_STREAM else None
         )
         self._made_capturable: list[dict[str, Any]] = []
+        self._moved_steps: list[tuple[dict[str, Any], torch.Tensor]] = []
         self._params = [p for p in model.parameters() if p.requires_grad]
         self._grad_norm: torch.Tensor | None = None
+        self._static_grad_norm: torch.Tensor | None = None  # what the graph writes
         self._graph: torch.cuda.CUDAGraph | None = None
         self._hyper = HyperParams(optimizer, self.device)
         self._static_inputs: torch.Tensor | None = None
@@ -560,9 +644,9 @@ class GraphedStep:
     @property
     def last_grad_norm(self) -> torch.Tensor | None:
         """Total gradient norm of the last step (before clipping); None without clipping."""
-        if self._grad_norm is None or not self.graphed:
+        if self._grad_norm is None or self._grad_norm is not self._static_grad_norm:
             return self._grad_norm
-        return self._grad_norm.clone()
+        return self._grad_norm.clone()  # the graph overwrites it on the next replay
 
     def _check_arguments(self, example_batch: Batch) -> None:
         if self.warmup < 1:
@@ -625,7 +709,8 @@ class GraphedStep:
         try:
             self._prepare_optimizer()
             self._hyper.install()
-            self._capture(example_batch)
+            with self._hyper.plain_loop_division():
+                self._capture(example_batch)
         except Exception as exc:  # noqa: BLE001 - any capture failure means: run eagerly
             error = f"capture failed: {type(exc).__name__}: {exc}".strip()
         finally:
@@ -687,21 +772,31 @@ class GraphedStep:
         """Back to the optimizer and tensors of the plain loop; the graph's memory goes."""
         self._graph = None
         self._static_inputs = self._static_targets = self._static_loss = None
-        self._grad_norm = None
+        self._grad_norm = self._static_grad_norm = None
         for group in self._made_capturable:
             group["capturable"] = False
         self._made_capturable = []
+        for state, host_step in self._moved_steps:
+            host_step.copy_(state["step"])
+            state["step"] = host_step
+        self._moved_steps = []
         self.optimizer.zero_grad(set_to_none=True)
 
     def _prepare_optimizer(self) -> None:
-        """Adam-style optimizers keep their step count on the GPU only when capturable."""
+        """Adam-style optimizers keep their step count on the GPU only when capturable.
+
+        State an Adam/AdamW already has (``load_state_dict`` of a checkpoint saved
+        by a plain optimizer) keeps its step counts on the host: they move onto
+        their parameter's device, as a capturable Adam keeps them.
+        """
         for group in self.optimizer.param_groups:
             if "capturable" in group and not group["capturable"]:
-                if self.optimizer.state:
+                if self.optimizer.state and not isinstance(self.optimizer, torch.optim.Adam):
                     raise RuntimeError(
                         "the optimizer has state and capturable=False; create it with "
                         "capturable=True (e.g. AdamW(..., capturable=True))"
                     )
+                self._moved_steps += _steps_onto_devices(self.optimizer, group)
                 group["capturable"] = True
                 self._made_capturable.append(group)
 
@@ -725,6 +820,7 @@ class GraphedStep:
                 self._static_loss = self._train_step(
                     self._static_inputs, self._static_targets
                 )
+            self._static_grad_norm = self._grad_norm
         finally:
             self._capturing = False
         self._graph = graph
@@ -791,8 +887,11 @@ class GraphedStep:
             self._check_micro_batches(inputs, targets, what="the batch's")
             return self._eager_step(inputs, targets)
         assert self._graph is not None and self._static_loss is not None
+        if not self._fits_graph(inputs, targets):
+            return self._odd_batch_step(inputs, targets)
         self._hyper.apply()
         self._copy_batch(inputs, targets)
+        self._grad_norm = self._static_grad_norm
         self._graph.replay()
         # A replay is an optimizer step: LR schedulers look for one before theirs.
         self.optimizer._opt_called = True  # type: ignore[attr-defined]
@@ -800,19 +899,38 @@ class GraphedStep:
 
     __call__ = step
 
+    def _fits_graph(self, inputs: torch.Tensor, targets: torch.Tensor) -> bool:
+        assert self._static_inputs is not None and self._static_targets is not None
+        return (
+            inputs.shape == self._static_inputs.shape
+            and targets.shape == self._static_targets.shape
+        )
+
+    def _odd_batch_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """A batch of another shape (a short last batch): the plain loop's step, eagerly.
+
+        It reads and updates the same parameters, buffers and optimizer state as the
+        graph, with the optimizer's own hyper-parameters (lr from its group, as the
+        plain loop); the graph's gradient tensors are put back for the next replay.
+        """
+        assert self._static_inputs is not None and self._static_targets is not None
+        self._check_micro_batches(inputs, targets, what="the batch's")
+        _log_once(
+            logging.INFO,
+            f"a batch of shape {tuple(inputs.shape)} (captured: "
+            f"{tuple(self._static_inputs.shape)}) ran eagerly; the graph replays the "
+            "next batch of the captured shape",
+        )
+        graph_grads = [p.grad for p in self._params]
+        loss = self._eager_step(inputs.to(self.device), targets.to(self.device))
+        for param, grad in zip(self._params, graph_grads):
+            param.grad = grad
+        return loss
+
     def _copy_batch(self, inputs: torch.Tensor, targets: torch.Tensor) -> None:
         assert self._static_inputs is not None and self._static_targets is not None
-        for name, new, static in (
-            ("inputs", inputs, self._static_inputs),
-            ("targets", targets, self._static_targets),
-        ):
-            if new.shape != static.shape:
-                raise ValueError(
-                    f"{name} shape {tuple(new.shape)} differs from the captured "
-                    f"{tuple(static.shape)}; a CUDA graph replays fixed shapes "
-                    "(use drop_last=True or pad the last batch)"
-                )
-            static.copy_(new, non_blocking=True)
+        self._static_inputs.copy_(inputs, non_blocking=True)
+        self._static_targets.copy_(targets, non_blocking=True)
 
 
 def _all_ranks_agree(ok: bool, device: torch.device) -> bool:

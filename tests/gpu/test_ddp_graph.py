@@ -5,6 +5,7 @@ World size 1 NCCL process group on localhost (file store). Skipped without CUDA.
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Iterator
 
@@ -156,11 +157,13 @@ def test_build_step_graphs_when_the_environment_asks(
     assert step.graphed is True
 
 
-def test_a_batch_of_another_shape_is_refused() -> None:
+def test_a_batch_of_another_shape_runs_eagerly(caplog: pytest.LogCaptureFixture) -> None:
     step, _, _ = graphed("sgd", make_batches(2))
     x, y = make_batches(1)[0]
-    with pytest.raises(ValueError, match="fixed shapes"):
-        step(x[:3], y[:3])
+    with caplog.at_level(logging.INFO, logger="cluster_kit.ddp"):
+        loss = step(x[:3], y[:3])
+    assert torch.isfinite(loss) and step.graphed
+    assert "(3, 32) (captured: (16, 32)) ran eagerly" in caplog.text
 
 
 class HostSyncNet(nn.Module):

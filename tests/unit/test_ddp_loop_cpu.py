@@ -288,14 +288,118 @@ def test_an_optimizer_without_a_capturable_mode_is_named_with_what_works() -> No
     assert ddp.optimizer_advice(adamw(model)) is None
 
 
-def test_adam_with_host_side_state_is_refused() -> None:
+def test_host_side_state_is_refused_where_it_cannot_be_moved() -> None:
     model = make_model()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    opt = torch.optim.RMSprop(model.parameters(), lr=1e-3)
     x, y = make_batches(1)[0]
     F.mse_loss(model(x), y).backward()
     opt.step()
     advice = ddp.optimizer_advice(opt)
-    assert advice is not None and "Adam(..., capturable=True)" in advice
+    assert advice is not None and "RMSprop(..., capturable=True)" in advice
+
+
+# --- resuming from a plain optimizer's checkpoint ------------------------------
+
+
+def plain_checkpoint(steps: int) -> tuple[dict[str, Any], dict[str, Any], list[Batch]]:
+    """Model and optimizer state after ``steps`` plain steps, and the batches after them."""
+    data = make_batches(steps + STEPS)
+    model = make_model()
+    opt = adamw(model)
+    for x, y in data[:steps]:
+        plain_loop(model, opt, x, y, 1, None, None, None)
+    return model.state_dict(), opt.state_dict(), data[steps:]
+
+
+def resumed() -> tuple[DistributedDataParallel, torch.optim.Optimizer]:
+    weights, state, _ = plain_checkpoint(4)
+    model = make_model()
+    model.load_state_dict(weights)
+    opt = adamw(model)
+    opt.load_state_dict(state)
+    return model, opt
+
+
+def test_adam_resumed_from_a_plain_checkpoint_can_be_graphed() -> None:
+    _, opt = resumed()
+    assert opt.state and not opt.param_groups[0]["capturable"]
+    assert ddp.optimizer_advice(opt) is None
+    assert ddp.why_eager_for(opt) is None
+
+
+def test_a_resumed_eager_step_equals_the_plain_resumed_loop() -> None:
+    _, _, data = plain_checkpoint(4)
+    records = []
+    for through_step in (True, False):
+        model, opt = resumed()
+        step = ddp.build_step(model, opt, F.mse_loss, data[0], enabled=False)
+        for x, y in data:
+            if through_step:
+                step(x, y)
+            else:
+                plain_loop(model, opt, x, y, 1, None, None, None)
+        records.append([p.detach().clone() for p in model.parameters()])
+    assert all(torch.equal(p, q) for p, q in zip(*records))
+
+
+def test_host_step_counts_move_to_the_parameters_device_and_back() -> None:
+    """What build_step does to a resumed Adam before capture, and undoes on fallback."""
+    param = torch.nn.Parameter(torch.zeros(3, device="meta"))
+    opt = torch.optim.AdamW([param], lr=1e-2)
+    host_step = torch.tensor(7.0)
+    opt.state[param] = {"step": host_step, "exp_avg": torch.zeros(3, device="meta")}
+    moved = ddp._steps_onto_devices(opt, opt.param_groups[0])
+    assert opt.state[param]["step"].device.type == "meta"
+    assert moved == [(opt.state[param], host_step)]
+
+
+# --- a batch of another shape than the captured one ----------------------------
+
+
+class NoReplay:
+    """Stands for a captured graph on the CPU: a batch of another shape never replays it."""
+
+    def replay(self) -> None:
+        raise AssertionError("a batch of another shape replayed the graph")
+
+
+def as_if_captured(step: Any, example: Batch) -> None:
+    step.graphed = True
+    step._graph = NoReplay()
+    step._static_inputs, step._static_targets = (t.clone() for t in example)
+    step._static_loss = torch.zeros(())
+
+
+@pytest.mark.parametrize("opts", [{}, {"max_grad_norm": 0.5}], ids=["plain", "clip"])
+def test_a_short_last_batch_runs_the_plain_loops_step(opts: dict[str, Any]) -> None:
+    data = make_batches(STEPS)
+    short = (data[-1][0][:3], data[-1][1][:3])
+    records: list[list[Any]] = []
+    for through_step in (True, False):
+        model = make_model()
+        opt = adamw(model)
+        sched = warmup_cosine(opt)
+        step = ddp.build_step(model, opt, F.mse_loss, data[0], enabled=False, **opts)
+        for x, y in data[:-1]:  # full batches: the plain loop on both sides
+            plain_loop(model, opt, x, y, 1, None, opts.get("max_grad_norm"), None)
+            sched.step()
+        grads = [torch.zeros_like(p) for p in step._params]
+        for p, g in zip(step._params, grads):
+            p.grad = g  # what a captured backward left behind
+        if through_step:
+            as_if_captured(step, data[0])
+            loss, norm = step(*short), step.last_grad_norm
+            assert all(p.grad is g for p, g in zip(step._params, grads))
+        else:
+            opt.zero_grad(set_to_none=True)
+            loss, norm = plain_loop(
+                model, opt, *short, 1, None, opts.get("max_grad_norm"), None
+            )
+        records.append([loss, norm, [p.detach().clone() for p in model.parameters()]])
+    (loss, norm, params), (want_loss, want_norm, want_params) = records
+    assert same(loss, want_loss) and same(norm, want_norm)
+    assert all(torch.equal(p, q) for p, q in zip(params, want_params))
+    assert not any(torch.equal(p, q) for p, q in zip(params, make_model().parameters()))
 
 
 def test_grad_scaler_needs_a_fused_optimizer_to_be_graphed() -> None:
