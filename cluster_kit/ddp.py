@@ -1153,9 +1153,16 @@ def variant_kwargs(environ: dict[str, str] | None = None) -> dict[str, Any]:
     for part in filter(None, (p.strip() for p in env.get(VARIANT_ENV, "").split(","))):
         key, _, value = part.partition("=")
         if key == "bucket_cap_mb":
-            out[key] = float(value) if "." in value else int(value)
+            try:
+                out[key] = float(value) if "." in value else int(value)
+            except ValueError:
+                raise ValueError(f"{VARIANT_ENV}: {part!r}: bucket_cap_mb takes a number of MiB, "
+                                 "e.g. bucket_cap_mb=25") from None
         elif key in ("gradient_as_bucket_view", "static_graph"):
             out[key] = value.lower() not in ("0", "false", "off")
+        elif part not in ("as-is", "cuda_graphs=on", "cuda_graphs=off"):
+            raise ValueError(f"{VARIANT_ENV}: unknown variant {part!r}; valid: as-is, bucket_cap_mb=N, "
+                             "gradient_as_bucket_view, static_graph, cuda_graphs=on, cuda_graphs=off")
     return out
 
 

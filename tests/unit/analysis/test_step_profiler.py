@@ -1,6 +1,7 @@
 """cluster_kit.ddp.StepProfiler and build_step's own profiling, on CPU torch."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,12 @@ def test_profile_steps_and_variant_kwargs() -> None:
     assert ddp.variant_kwargs(env) == {"bucket_cap_mb": 1, "gradient_as_bucket_view": True, "static_graph": False}
     assert ddp.variant_kwargs({ddp.VARIANT_ENV: "as-is"}) == {}
     assert ddp.variant_kwargs({ddp.VARIANT_ENV: "cuda_graphs=on"}) == {}
+
+
+@pytest.mark.parametrize(("variant", "says"), [
+    ("static_grpah", "unknown variant 'static_grpah'; valid: as-is, bucket_cap_mb=N"),
+    ("bucket_cap_mb=big", "'bucket_cap_mb=big': bucket_cap_mb takes a number of MiB"),
+])
+def test_an_unknown_variant_word_is_refused_with_the_valid_ones(variant: str, says: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(says)):
+        ddp.variant_kwargs({ddp.VARIANT_ENV: variant})
