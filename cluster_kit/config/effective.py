@@ -22,7 +22,7 @@ _SLURM_KEYS = (*SBATCH_VALUE_KEYS, "exclusive")
 
 
 def effective(job: Job, supervised: bool = True) -> dict[str, Any]:
-    """The job's settings as templates and slurm.py consume them (docs/architecture.md).
+    """The job's settings as templates and slurm/ consume them (docs/architecture.md).
 
     Job values win over the profile's: `gpus_per_node`, `time`, `slurm`, `nccl`
     (any network key, plus `debug`), `env` (merged over the profile's env).

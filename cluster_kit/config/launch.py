@@ -1,6 +1,6 @@
 """How a job's processes sit on a node: the one owner of tasks, workers and CPUs.
 
-Pure and tiny (it imports only schema.py), so both config.py and render.py use
+Pure and tiny (it imports only config/validators.py), so both config/ and render/ use
 it and `clusterkit render` stays fast.
 
 - srun starts one Slurm task per training process (one per GPU by default);

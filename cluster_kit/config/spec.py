@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-if TYPE_CHECKING:  # only a type: render.py imports this module and must not load yaml
+if TYPE_CHECKING:  # only a type: render/ imports this module and must not load yaml
     from cluster_kit.config.yamlfile import KeyPath
 
 

@@ -176,7 +176,7 @@ def render_script(
     `.j2` file, whose own directory is searched first so it can include the
     built-in partials. Template errors raise InputError naming FILE:LINE.
     """
-    # Inside: config.py loads yaml, which this module keeps out of its imports.
+    # Imported here, not at the top: rendering needs only this part of config/.
     from cluster_kit.config.search import template_lookup
 
     dirs, name = template_lookup(template, template_dirs)

@@ -3,7 +3,7 @@
 Follows sshd(8)'s SSH_KNOWN_HOSTS FILE FORMAT: comma-separated host patterns
 (`*`, `?`, `!negation`, `[host]:port`), hashed names (`|1|salt|hmac`), and the
 `@revoked` / `@cert-authority` markers. Keys are compared as raw blobs, so this
-module needs no SSH library; `remote.py` hands it the server's key type and blob.
+module needs no SSH library; `ssh/connect.py` hands it the server's key type and blob.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Pure data in, data out: `resolve_endpoint` takes the options ssh_config gives fo
 a host (a plain mapping, as paramiko's `SSHConfig.lookup` returns it) and the
 profile's settings, and applies OpenSSH's precedence: values set on the command
 line win over the config file, and the profile plays the command line's part.
-No paramiko here; `remote.py` does the parsing and the network.
+No paramiko here; `ssh/config_index.py` parses ssh_config and `ssh/connect.py` does the network.
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ class SshSettings:
     def from_profile(cls, section: Mapping[str, Any] | None) -> SshSettings:
         """Settings from a profile section; raises InputError for bad keys or values.
 
-        The keys and their rules are schema.py's (`ssh:` and `login:`), the one
+        The keys and their rules are config/specs.py's (`ssh:` and `login:`), the one
         place that validates them; loaded profiles have passed it with FILE:LINE.
         """
         section = dict(section or {})

@@ -1,4 +1,4 @@
-"""remote.py against real OpenSSH servers on 127.0.5.x (started and stopped here).
+"""ssh/ against real OpenSSH servers on 127.0.5.x (started and stopped here).
 
 Lab (module fixture): sshd A on 127.0.5.1:22 (also the jump host, debug log),
 B on 127.0.5.2:2222, C on 127.0.5.3:22 whose known_hosts line carries A's key

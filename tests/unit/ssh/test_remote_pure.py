@@ -389,7 +389,7 @@ def test_host_result_reached_and_ok() -> None:
 
 
 def test_invoke_is_imported_only_when_match_exec_needs_it() -> None:
-    """paramiko.config imports invoke at import time; remote.py defers it (start-up
+    """paramiko.config imports invoke at import time; ssh/deferred.py defers it (start-up
     and exit cost), and paramiko still reaches the real module when it runs."""
     code = ("import sys, cluster_kit.ssh.fanout, paramiko.config as c\n"
             "assert 'invoke.context' not in sys.modules, 'invoke was imported'\n"
