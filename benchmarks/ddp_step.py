@@ -22,7 +22,22 @@ SDPA attention and MLP, cross-entropy on tokens). The ways to run the same step:
   build_step runs the eager steps it keeps (``--ways`` picks which ways run);
 * *hand graph*: the same step captured by hand the way PyTorch's CUDA graphs notes
   show (side stream, 11 warm-up iterations, static tensors, lr as a tensor the
-  scheduler fills), the reference for what a graph of this step can cost.
+  scheduler fills), the reference for what a graph of this step can cost;
+* *compile*: the plain loop through ``torch.compile(mode="reduce-overhead")``:
+  the whole step (forward, loss, backward, clipping, AdamW with
+  ``capturable=True`` and a tensor lr) if it compiles, else the model alone
+  (the ``compiled`` column says which; ``--compile-scope model`` forces the
+  latter). Only when named in ``--ways``: on torch 2.11 (H200, one rank) both
+  scopes compiled and ran their first calls, then ended in an illegal memory
+  access once the other ways' steps ran between theirs (docs/benchmarks.md).
+
+Set-up (``<way>_setup_s``, the ``set-up s`` columns): wall time from building a
+way's step (build_step's capture and trial, the hand graph's warm-up and
+capture, torch.compile's compiling and CUDA-graph recording) through its first
+3 calls, synchronized at both ends; the first way built also pays one-time
+CUDA library start-up. The models' names are ``--only`` friendly: ``gpt``,
+``small gpt`` (the three sizes, d128 L4, d512 L4, d1024 L8, seq 256, batch 8),
+``mlp``, ``compute``; ``--impls`` picks the AdamW forms.
 
 Each optimizer is run in its multi-tensor ("foreach") and single-kernel ("fused")
 form. Each figure is the median over ``--repeats`` runs of ``steps`` back-to-back
@@ -102,6 +117,13 @@ CONFIGS = [
         seq=128,
         vocab=4096,
     ),
+    # "small gpt": the three sizes the torch.compile comparison runs at.
+    Config("small gpt d128 L4", "transformer", width=128, depth=4, batch=8,
+           steps=100, seq=256, vocab=4096),
+    Config("small gpt d512 L4", "transformer", width=512, depth=4, batch=8,
+           steps=100, seq=256, vocab=4096),
+    Config("small gpt d1024 L8", "transformer", width=1024, depth=8, batch=8,
+           steps=50, seq=256, vocab=4096),
     Config(
         "gpt d2048 L8 (compute)",
         "transformer",
@@ -336,6 +358,74 @@ def hand_graph_step(
     return step
 
 
+def compiled_step(
+    cfg: Config, device: torch.device, impl: str, example: Batch, scope: str = "auto"
+) -> tuple[StepFn, str]:
+    """The plain loop through ``torch.compile(mode="reduce-overhead")``.
+
+    First the whole step (forward, loss, backward, clipping, AdamW) as one
+    compiled function; if that fails on the example batch, the model alone is
+    compiled and the rest of the step runs eagerly. Returns the step and what
+    was compiled ("step" or "model"). The whole step needs what any graph of
+    it needs: AdamW ``capturable=True`` and the lr as a tensor the scheduler
+    fills, else every new lr would recompile. ``scope`` "model" skips the
+    whole-step attempt (a failure that kills the process cannot fall back).
+
+    On one rank the compiled model is not wrapped in DDP: with DDP, the
+    reduce-overhead step ended in an illegal memory access in NCCL's all-reduce
+    on torch 2.11 (H200, one rank). Its all-reduce of one rank moves no data.
+    """
+    if scope == "model":
+        return _compiled(cfg, device, impl, whole=False), "model"
+    try:
+        step = _compiled(cfg, device, impl, whole=True)
+        for i in range(3):  # compile, then CUDA-graph warm-up and recording
+            step(*example)
+        torch.cuda.synchronize(device)
+        return step, "step"
+    except Exception as exc:  # noqa: BLE001 - any failure falls back to the model
+        print(f"{cfg.name} {impl}: whole-step compile failed ({type(exc).__name__}: "
+              f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); compiling the model only",
+              flush=True)
+        torch._dynamo.reset()
+    step = _compiled(cfg, device, impl, whole=False)
+    return step, "model"
+
+
+def _compiled(cfg: Config, device: torch.device, impl: str, whole: bool) -> StepFn:
+    model = make_model(cfg, device)
+    if dist.get_world_size() > 1:
+        model = ddp.wrap_ddp(model, for_capture=False)
+    opt = make_optimizer(model, impl, capturable=whole)
+    sched, loss_fn = warmup_cosine(opt), loss_for(cfg)
+    if whole:
+        for group in opt.param_groups:
+            group["lr"] = torch.tensor(group["lr"], device=device)
+    forward = model if whole else torch.compile(model, mode="reduce-overhead")
+
+    def body(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cuda", dtype=DTYPE):
+            loss = loss_fn(forward(x), y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    run = torch.compile(body, mode="reduce-overhead") if whole else body
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        torch.compiler.cudagraph_mark_step_begin()
+        loss = run(x, y).clone()
+        sched.step()
+        return loss
+
+    return step
+
+
+SETUP_CALLS = 3  # set-up: building the step and its first calls, synchronized
+
+
 def time_steps(
     runs: dict[str, StepFn], batches: list[Batch], steps: int, repeats: int
 ) -> dict[str, list[float]]:
@@ -360,25 +450,36 @@ def time_steps(
     return results
 
 
-WAYS = ("eager", "eager_as_graphed", "graphed", "hand", "build_step", "eager_side")
+WAYS = ("eager", "eager_as_graphed", "graphed", "hand", "build_step", "compile",
+        "eager_side")
+DEFAULT_WAYS = ("eager", "eager_as_graphed", "graphed", "hand", "build_step")
 RATIOS = {  # name: (numerator way, denominator way)
     "speedup": ("eager", "graphed"),
     "vs_hand": ("hand", "graphed"),
     "vs_same_work": ("eager_as_graphed", "graphed"),
     "build_step_vs_eager": ("eager", "build_step"),
+    "compile_speedup": ("eager", "compile"),
+    "build_step_vs_compile": ("compile", "build_step"),
 }
 
 
 def bench_config(
-    cfg: Config, impl: str, device: torch.device, repeats: int, ways: list[str]
+    cfg: Config, impl: str, device: torch.device, repeats: int, ways: list[str],
+    compile_scope: str = "auto",
 ) -> dict[str, Any]:
     """The chosen ways of running one model and optimizer's step: one row."""
     batches = make_batches(cfg, device)
     example = batches[0]
     kept_step = None
     runs: dict[str, StepFn] = {}
+    setup_s: dict[str, float] = {}
+    compiled = None
     for way in ways:
-        if way == "build_step":
+        torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        if way == "compile":
+            runs[way], compiled = compiled_step(cfg, device, impl, example, compile_scope)
+        elif way == "build_step":
             runs[way], kept_step = built_step(cfg, device, impl, example, keep_faster=True)
         elif way == "graphed":
             runs[way] = built_step(cfg, device, impl, example, keep_faster=False)[0]
@@ -387,8 +488,14 @@ def bench_config(
         else:
             runs[way] = eager_step(cfg, device, impl, as_graphed=way == "eager_as_graphed",
                                    on_capture_stream=way == "eager_side")
+        for i in range(SETUP_CALLS):
+            runs[way](*batches[i % len(batches)])
+        torch.cuda.synchronize(device)
+        setup_s[way] = time.perf_counter() - start
     times = time_steps(runs, batches, cfg.steps, repeats)
     del runs
+    if compiled is not None:
+        torch._dynamo.reset()  # drop the compiled graphs and their CUDA-graph pools
     torch.cuda.empty_cache()
     med = {name: statistics.median(t) for name, t in times.items()}
     row: dict[str, Any] = {
@@ -396,11 +503,14 @@ def bench_config(
         "optimizer": f"AdamW {impl}",
         **{f"{name}_ms": m for name, m in med.items()},
         **{f"{name}_ms_all": t for name, t in times.items()},
+        **{f"{name}_setup_s": t for name, t in setup_s.items()},
         **{name: med[a] / med[b] for name, (a, b) in RATIOS.items() if a in med and b in med},
     }
     if kept_step is not None:
         row["kept"] = "graph" if kept_step.graphed else "eager"
         row["trial_ms"] = kept_step.trial_ms
+    if compiled is not None:
+        row["compiled"] = compiled
     if "graphed" in med:
         row["graphed_tflops"] = cfg.flops_per_step() / (med["graphed"] * 1e-3) / 1e12
     return row
@@ -420,12 +530,14 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     """Per model and optimizer: each way's step time, then the ratios the ways allow."""
     ways = [w for w in WAYS if f"{w}_ms" in rows[0]]
     ratios = [r for r in RATIOS if r in rows[0]]
-    cols = [f"{w} ms" for w in ways] + (["kept"] if "kept" in rows[0] else []) + ratios
+    extra = [k for k in ("kept", "compiled") if k in rows[0]]
+    cols = [f"{w} ms" for w in ways] + extra + ratios + [f"{w} set-up s" for w in ways]
     lines = [f"{'model':<24} {'optimizer':<13} " + " ".join(f"{c:>{max(8, len(c))}}" for c in cols)]
     for r in rows:
         cells = [f"{r[f'{w}_ms']:.3f}" for w in ways]
-        cells += [r["kept"]] if "kept" in r else []
-        cells += [f"{r[name]:.3f}" for name in ratios]
+        cells += [str(r.get(k, "-")) for k in extra]
+        cells += [f"{r[name]:.3f}" if name in r else "-" for name in ratios]
+        cells += [f"{r[f'{w}_setup_s']:.2f}" for w in ways]
         lines.append(f"{r['name']:<24} {r['optimizer']:<13} "
                      + " ".join(f"{c:>{max(8, len(h))}}" for c, h in zip(cells, cols)))
     return "\n".join(lines)
@@ -435,25 +547,43 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", help="write the figures to this file")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--only", help="run only the models whose name contains this")
-    parser.add_argument("--ways", default="eager,eager_as_graphed,graphed,hand,build_step",
-                        help=f"comma-separated, of: {', '.join(WAYS)}")
+    parser.add_argument("--only", help="run only the models whose name contains this "
+                        "(comma-separated: any of them), e.g. 'gpt', 'small gpt', 'mlp'")
+    parser.add_argument("--ways", help=f"comma-separated, of: {', '.join(WAYS)} (default: "
+                        f"{','.join(DEFAULT_WAYS)}; compile only when named: see the docstring)")
+    parser.add_argument("--impls", default="foreach,fused",
+                        help="AdamW forms to run, comma-separated: foreach, fused")
+    parser.add_argument("--compile-scope", choices=("auto", "model"), default="auto",
+                        help="compile way: the whole step, falling back to the model "
+                        "(auto), or the model alone")
     args = parser.parse_args()
-    ways = [w for w in args.ways.split(",") if w]
+    ways = [w for w in (args.ways or "").split(",") if w]
     if unknown := sorted(set(ways) - set(WAYS)):
         parser.error(f"unknown way {', '.join(unknown)}; choose from {', '.join(WAYS)}")
+    impls = [i for i in args.impls.split(",") if i]
+    if unknown := sorted(set(impls) - {"foreach", "fused"}):
+        parser.error(f"unknown AdamW form {', '.join(unknown)}; choose foreach or fused")
     # The hand-written graph never calls opt.step() after capture, which LambdaLR
     # warns about; the warning says nothing about this benchmark.
     warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler")
-    configs = [c for c in CONFIGS if not args.only or args.only in c.name]
+    wanted = [w for w in (args.only or "").split(",") if w]
+    configs = [c for c in CONFIGS if not wanted or any(w in c.name for w in wanted)]
+    if not configs:
+        parser.error(f"--only {args.only!r} names no model; the models: "
+                     + "; ".join(c.name for c in CONFIGS))
     with tempfile.TemporaryDirectory() as tmpdir:
         device = init_group(tmpdir)
         rows = []
         for cfg in configs:
-            for impl in ("foreach", "fused"):
-                rows.append(bench_config(cfg, impl, device, args.repeats, ways))
+            cfg_ways = ways or list(DEFAULT_WAYS)
+            for impl in impls:
+                rows.append(bench_config(cfg, impl, device, args.repeats, cfg_ways,
+                                         args.compile_scope))
                 if dist.get_rank() == 0:
                     print(format_table(rows[-1:]).splitlines()[-1], flush=True)
+                    if args.json:  # each row as it comes: a crash keeps the rows before it
+                        with open(args.json, "w") as fh:
+                            json.dump({**facts(device), "rows": rows}, fh, indent=2)
         if dist.get_rank() == 0:
             doc = {**facts(device), "rows": rows}
             print(json.dumps({k: v for k, v in doc.items() if k != "rows"}))
