@@ -130,10 +130,11 @@ def submit_next(folder, job_id, chain_id, exclude, script):
 class Attempt:
     """One launch under watch: signals, heartbeats, the launch's Slurm lines."""
 
-    def __init__(self, args, control, env):
+    def __init__(self, args, control, env, nodes):
         self.args = args
         self.control = control
         self.env = env
+        self.nodes = nodes  # the attempt's nodes, in Slurm's order
         self.grace = False
         self.cancelled = False
         self.proc = None
@@ -222,9 +223,8 @@ class Attempt:
 
     def host_of(self, rank):
         """The node of a rank that told nothing: srun places ranks node by node."""
-        nodes = hostnames(self.env.get("SLURM_JOB_NODELIST", ""))
         index = rank // max(1, self.args.tasks_per_node)
-        return nodes[index] if index < len(nodes) else ""
+        return self.nodes[index] if index < len(self.nodes) else ""
 
     def stop_launch(self):
         if self.proc.poll() is not None:
@@ -284,7 +284,7 @@ def run(args):
     env.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
     say(f"attempt {number} of job {chain_id} on {nodes} (record: {folder})")
 
-    watched = Attempt(args, control, env)
+    watched = Attempt(args, control, env, hostnames(nodes))
     failed = [n for n in args.preflight_failed.split(",") if n]
     if failed:
         say("the in-job preflight failed on {}: training was not started".format(",".join(failed)))
@@ -296,25 +296,25 @@ def run(args):
         copier = watched.start()
         code, hang = watched.watch(decide.HangClock(args.world_size, args.hang_timeout, started))
         copier.join(timeout=10)
-        ended, blamed = end_of(watched, code, hang, nodes)
+        ended, blamed = end_of(watched, code, hang)
     attempt.update(ended=ended, ended_at=round(time.time(), 3), exit_code=code)
     if blamed:
         attempt["culprit"] = {k: blamed[k] for k in ("ranks", "hosts", "evidence")}
         attempt.update({k: blamed[k] for k in ("stacks", "detected_after_s") if k in blamed})
-    step = decide.next_step(rec, ended, decide.excludable(blamed, hostnames(nodes)), rec["resilience"], code,
+    step = decide.next_step(rec, ended, decide.excludable(blamed, watched.nodes), rec["resilience"], code,
                             partition_nodes(job),
                             int(job.get("NumNodes", "0").split("-")[0] or 0))
     return finish_attempt(rec, attempt, step, folder, job_id, chain_id)
 
 
-def end_of(watched, code, hang, nodes):
+def end_of(watched, code, hang):
     """How the attempt ended, and the culprit."""
     crash = first_task = None
     down = []
     if hang is None and code != 0 and not (watched.grace or watched.cancelled):
         verdict = outcome.parse_job_output("\n".join(watched.lines))
         first_task = verdict.first_failure
-        down = list(verdict.failed_nodes) or failed_nodes(hostnames(nodes))
+        down = list(verdict.failed_nodes) or failed_nodes(watched.nodes)
         crash = culprits.first_failure(rank_files.read_exceptions(watched.control))
         if crash is not None and not crash.host and first_task is not None:
             crash = dataclasses.replace(crash, host=first_task.node)
