@@ -44,7 +44,7 @@ class App:
         `offline`, when it lives on the login host and is not looked for."""
         import os
 
-        from cluster_kit.render import jobscript
+        from cluster_kit.config import jobscript
 
         host = (job.profile.data.get("login") or {}).get("host")
         if host and offline:
@@ -53,7 +53,7 @@ class App:
         return jobscript.check(job.data["script"], job.data["workdir"], job.path, exists, host)
 
     def _exists_on_login(self, profile_data: dict[str, Any]) -> Any:
-        from cluster_kit.render import jobscript
+        from cluster_kit.config import jobscript
         from cluster_kit.slurm import runner as slurm_runner
 
         runner = self.runner(profile_data)

@@ -7,18 +7,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cluster_kit.config import spec, specs, vocab
+from cluster_kit.config import jobscript, spec, specs, vocab
 from cluster_kit.config.launch import default_tasks_per_node
 from cluster_kit.config.search import _looks_like_path
 from cluster_kit.config.validators import asks_no_gpus
-from cluster_kit.render import jobscript
-from cluster_kit.slurm.builders import SBATCH_VALUE_KEYS
 
 if TYPE_CHECKING:
     from cluster_kit.config.load import Job
 
 
-_SLURM_KEYS = (*SBATCH_VALUE_KEYS, "exclusive")
+_SLURM_KEYS = (*vocab.SBATCH_VALUE_KEYS, "exclusive")
 
 
 def effective(job: Job, supervised: bool = True) -> dict[str, Any]:
@@ -173,15 +171,6 @@ def _effective_network(profile: Mapping[str, Any], nccl: Mapping[str, Any]) -> d
     return out
 
 
-def interpreter_path(python: str, start: str | None) -> str:
-    """`environment.python` as the job runs it: a name (python3) is looked up on the
-    nodes' PATH and an absolute path kept; a relative path (.venv/bin/python) starts at
-    `start`, or stays as written when `start` is None (the job starts in its workdir)."""
-    if "/" not in python or posixpath.isabs(python) or start is None:
-        return python
-    return posixpath.normpath(posixpath.join(start, python))
-
-
 def job_environment(job: Job) -> dict[str, Any]:
     """The job file's `environment:` with its python resolved (as `script` is: relative
     to the workdir when the job sets one, else to the job file's folder), and its
@@ -189,7 +178,7 @@ def job_environment(job: Job) -> dict[str, Any]:
     own = {key: value for key, value in (job.data.get("environment") or {}).items() if value is not None}
     if own.get("python"):
         start = None if job.data.get("workdir") else os.path.dirname(os.path.abspath(job.path))
-        own["python"] = interpreter_path(str(own["python"]), start)
+        own["python"] = jobscript.interpreter_path(str(own["python"]), start)
     own["env"] = {**(own.get("env") or {}), **(job.data.get("env") or {})}
     return own
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cluster_kit.config import jobchecks, spec, specs
-from cluster_kit.config.effective import interpreter_path
+from cluster_kit.config.jobscript import interpreter_path
 from cluster_kit.config.problems import Problems
 from cluster_kit.config.search import _same_file
 from cluster_kit.config.yamlfile import KeyPath, YamlDoc, YamlError, nearest

@@ -108,3 +108,9 @@ GPU_SBATCH_OPTIONS = frozenset(("gpus", "gpus-per-socket", "gpus-per-task", "gpu
 def without_gpu_gres(gres: str) -> str:
     """`gpu:4,nvme:1` -> `nvme:1`: a --gres value without its GPU resources ("" if none left)."""
     return ",".join(part for part in gres.split(",") if part.strip().split(":", 1)[0] != "gpu")
+
+
+# The slurm settings that map one to one onto a valued #SBATCH option (`cpus_per_task`
+# -> `--cpus-per-task`), in the order the script writes them; `exclusive` is a flag.
+SBATCH_VALUE_KEYS = ("cpus_per_task", "mem", "time", "partition", "account", "qos", "constraint",
+                     "nodelist", "exclude")

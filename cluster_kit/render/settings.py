@@ -5,9 +5,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cluster_kit.config.launch import launch_shape
+from cluster_kit.config.vocab import SBATCH_VALUE_KEYS
 from cluster_kit.errors import InputError
 from cluster_kit.render.quoting import _text, shname
-from cluster_kit.slurm.builders import SBATCH_OPTION_NAME, SBATCH_VALUE_KEYS
+from cluster_kit.slurm.builders import SBATCH_OPTION_NAME
 
 # Linux hands out ephemeral ports from 32768 up; a derived port stays below.
 LAUNCHERS = ("srun", "torchrun")

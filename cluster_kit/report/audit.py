@@ -20,6 +20,7 @@ from typing import Any
 import jinja2
 
 from cluster_kit.checks.findings import with_fix
+from cluster_kit.config.search import builtin_dir
 from cluster_kit.fleet.audit import (
     ABSENT,
     fold_nodes,
@@ -28,7 +29,6 @@ from cluster_kit.fleet.audit import (
     summarize_changes,
 )
 from cluster_kit.hostlist import expand
-from cluster_kit.render.environment import builtin_template_dir
 from cluster_kit.report.text import SEVERITY, format_table, nodes_by, printable
 
 HTML_TEMPLATE = "audit.html.j2"
@@ -247,7 +247,7 @@ def grid_data(audit: Mapping[str, Any]) -> dict[str, Any]:
 def html_environment() -> jinja2.Environment:
     """Jinja2 over the built-in templates with autoescape on and compact JSON."""
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(builtin_template_dir())),
+        loader=jinja2.FileSystemLoader(str(builtin_dir("templates"))),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,

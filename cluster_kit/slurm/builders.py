@@ -31,10 +31,6 @@ NODE_STATES = ("DRAIN", "RESUME", "DOWN", "UNDRAIN")
 
 # An sbatch long option name as job files write it (`mail-type`, no leading --).
 SBATCH_OPTION_NAME = re.compile(r"[a-z][a-z0-9-]*\Z")
-# The slurm settings that map one to one onto a valued #SBATCH option (`cpus_per_task`
-# -> `--cpus-per-task`), in the order the script writes them; `exclusive` is a flag.
-SBATCH_VALUE_KEYS = ("cpus_per_task", "mem", "time", "partition", "account", "qos", "constraint",
-                     "nodelist", "exclude")
 _JOB_ID = re.compile(r"\d+(?:[_+]\d+)?\Z")
 
 

@@ -1,4 +1,4 @@
-"""Where a job's `script` is, and what to say when it is not there.
+"""Where a job's `script` (and its `environment.python`) is, and what to say when it is not there.
 
 A relative `script` starts at the job's `workdir` when it sets one (the job
 starts there: sbatch --chdir), else at the job file's folder, as `profile:` and
@@ -45,6 +45,15 @@ def runtime_script(script: str, workdir: str | None, job_file: Path) -> str:
     """The script path the rendered job runs: as written under a workdir (the job
     starts there) or when absolute, else resolved against the job file's folder."""
     return script if workdir or posixpath.isabs(script) else locate(script, workdir, job_file).path
+
+
+def interpreter_path(python: str, start: str | None) -> str:
+    """`environment.python` as the job runs it: a name (python3) is looked up on the
+    nodes' PATH and an absolute path kept; a relative path (.venv/bin/python) starts at
+    `start`, or stays as written when `start` is None (the job starts in its workdir)."""
+    if "/" not in python or posixpath.isabs(python) or start is None:
+        return python
+    return posixpath.normpath(posixpath.join(start, python))
 
 
 def unexpandable(script: str) -> str | None:
