@@ -172,7 +172,7 @@ def _document(results: list[RankResult], traces: list[Trace], variant: str, job_
 
 def format_report(doc: dict[str, Any]) -> str:
     """The report as tables: per rank, collectives, straggler, advice, sweep."""
-    from cluster_kit.report.text import format_table
+    from cluster_kit.text import format_table
 
     head = (f"job {doc['job_id'] or '-'}: {doc['world_size']} rank(s), {doc['steps']} profiled "
             f"step(s), {doc['device'].upper()}")
@@ -195,7 +195,7 @@ def format_report(doc: dict[str, Any]) -> str:
 
 def _sweep_lines(doc: dict[str, Any]) -> str:
     """The variants' table, the best one, and why each failed variant has no step time."""
-    from cluster_kit.report.text import format_table
+    from cluster_kit.text import format_table
 
     rows = [[v["variant"], "failed" if v["step_ms"] is None else f"{v['step_ms']:.2f}",
              "-" if v["gain_pct"] is None else f"{v['gain_pct']:+.1f}"] for v in doc["sweep"]]
@@ -221,7 +221,7 @@ def expected_text(item: dict[str, Any]) -> str:
 
 def _collectives_table(ranks: list[dict[str, Any]]) -> str:
     """Rank 0's collectives (every rank of DDP runs the same ones), busbw beside the sweep's."""
-    from cluster_kit.report.text import format_table
+    from cluster_kit.text import format_table
 
     rank = ranks[0]
     rows = [[c["op"], c["bytes"], f"{c['count']:g}", f"{c['ms']:.3f}", f"{c['busbw_gbps']:.3f}",

@@ -13,6 +13,8 @@ from typing import Any
 # Node and finding statuses, best to worst ("unreachable": SSH never got an answer).
 STATUS_ORDER = ("pass", "warn", "fail", "unreachable")
 STATUS_RANK = {status: rank for rank, status in enumerate(STATUS_ORDER)}
+# Sort position of a status in reports: the worst first.
+SEVERITY = {status: position for position, status in enumerate(reversed(STATUS_ORDER))}
 
 Facts = Mapping[str, Any]
 Profile = Mapping[str, Any]

@@ -218,7 +218,7 @@ def follow_job(app: App, job: Any, job_id: str, wait: bool, doc: dict[str, Any] 
 
 def say_restart(line: str) -> None:
     """A supervised job restarted as a new job: one line on stderr."""
-    from cluster_kit.report.text import printable
+    from cluster_kit.text import printable
 
     click.echo(f"clusterkit: {printable(line)}", err=True)
 
@@ -311,7 +311,7 @@ def job_chain(runner: Any, job_id: str, status: Any) -> Any:
 
 def attempt_rows(chain: Any) -> list[list[str]]:
     """One row per attempt: number, job, nodes, how it ended, the culprit and the nodes left out."""
-    from cluster_kit.report.text import printable
+    from cluster_kit.text import printable
 
     rows = []
     for attempt in chain.attempts:
@@ -333,7 +333,7 @@ def status(app: App, job_id: str, profile_ref: str | None, as_json: bool) -> Non
     clusterkit's record once Slurm forgot it); how it ended."""
     from cluster_kit import lifecycle
     from cluster_kit.lifecycle import chains
-    from cluster_kit.report.text import format_table, printable
+    from cluster_kit.text import format_table, printable
 
     runner = job_runner(app, profile_ref, job_id)
     info = lifecycle.status_or_record(runner, job_id)
@@ -525,7 +525,7 @@ def diagnose(app: App, job_id: str, profile_ref: str | None, as_json: bool) -> N
     """How the job ended (or that it runs), who is to blame, and what to do next;
     every attempt, for a job with `resilience:`."""
     from cluster_kit.lifecycle.diagnosis import diagnose as build
-    from cluster_kit.report.text import printable
+    from cluster_kit.text import printable
 
     doc = build(job_runner(app, profile_ref, job_id), job_id, _launcher(job_id))
     if as_json:

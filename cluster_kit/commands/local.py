@@ -58,7 +58,7 @@ def profiles() -> None:
 def profiles_list(app: App) -> None:
     """Every profile on the search path, first hit per name."""
     from cluster_kit.config.search import list_profiles
-    from cluster_kit.report.text import format_table
+    from cluster_kit.text import format_table
 
     rows = [[name, str(path)] for name, path in list_profiles(app.search)]
     click.echo(format_table(["NAME", "PATH"], rows))

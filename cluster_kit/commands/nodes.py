@@ -39,7 +39,7 @@ def probe(as_json: bool, deep_python: str | None) -> None:
     """Run the node probe on this machine and print its facts."""
     from cluster_kit.fleet.facts import flatten
     from cluster_kit.node import probe as node_probe
-    from cluster_kit.report.text import format_table
+    from cluster_kit.text import format_table
 
     facts = node_probe.collect(deep_python=deep_python)
     if as_json:

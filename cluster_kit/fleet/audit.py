@@ -25,8 +25,8 @@ from cluster_kit.errors import InputError
 from cluster_kit.fleet.facts import flatten as flatten_facts
 from cluster_kit.fleet.facts import is_per_node
 from cluster_kit.hostlist import expand, fold
-from cluster_kit.report.text import nodes_by
 from cluster_kit.slurm.builders import build_scontrol_update_nodes
+from cluster_kit.text import nodes_by
 
 ABSENT = "absent"
 # A node added or removed since the baseline is one change on this pseudo-fact.

@@ -19,7 +19,7 @@ from typing import Any
 
 import jinja2
 
-from cluster_kit.checks.findings import with_fix
+from cluster_kit.checks.findings import SEVERITY, with_fix
 from cluster_kit.config.search import builtin_dir
 from cluster_kit.fleet.audit import (
     ABSENT,
@@ -29,7 +29,7 @@ from cluster_kit.fleet.audit import (
     summarize_changes,
 )
 from cluster_kit.hostlist import expand
-from cluster_kit.report.text import SEVERITY, format_table, nodes_by, printable
+from cluster_kit.text import format_table, nodes_by, printable
 
 HTML_TEMPLATE = "audit.html.j2"
 FORMATS = ("table", "json", "markdown", "html")

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from cluster_kit.checks.findings import STATUS_ORDER, with_fix
+from cluster_kit.checks.findings import SEVERITY, STATUS_ORDER, with_fix
 from cluster_kit.hostlist import fold
-from cluster_kit.report.text import SEVERITY, format_table, nodes_by
+from cluster_kit.text import format_table, nodes_by
 
 
 def _problem_key(entry: dict[str, Any]) -> tuple:

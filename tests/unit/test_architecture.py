@@ -43,6 +43,25 @@ STDLIB_ONLY = {
                        "cluster_kit.supervisor.decide", "cluster_kit.supervisor.record"),
 }
 
+# The layers, lowest first (docs/architecture.md): a room imports only from rooms of
+# lower layers, and from itself. `cluster_kit` (the package's __init__: its version and
+# the names it loads lazily) stands outside the order.
+LAYERS = (
+    ("errors", "hostlist", "text", "supervision", "node"),  # stdlib leaves
+    ("checks", "analysis", "ddp"),  # facts -> findings, traces -> breakdowns, the trainer's side
+    ("config",),  # files -> validated profiles and jobs -> effective settings
+    ("ssh",),  # paramiko: connections, fan-out
+    ("slurm",),  # sbatch/squeue/scontrol text, and the runner that runs them
+    ("supervisor", "fleet"),  # a job's supervisor; preflight, audit, routing over nodes
+    ("render",),  # effective settings -> sbatch scripts
+    ("report",),  # findings and audits -> tables, JSON, Markdown, HTML
+    ("lifecycle",),  # submit, follow, diagnose a job
+    ("app",),  # the command context
+    ("commands", "docs_reference"),
+    ("cli",),
+    ("__main__",),
+)
+
 
 def imports_of(tree: ast.AST, module: str) -> Iterator[tuple[int, str]]:
     """(line, imported module) for every import in the tree, relative ones made absolute."""
@@ -90,7 +109,27 @@ def violations(found: list[tuple[str, ast.AST]]) -> list[str]:
             if in_checks and top not in _STDLIB and not imported.startswith(CHECKS_MAY_IMPORT):
                 problems.setdefault((module, line, "checks"),
                                     f"{where} (checks run inside jobs with the stdlib and packaging only)")
+            if (why := layer_crossing(module, imported)) is not None:
+                problems.setdefault((module, line, "layer"), f"{where} ({why})")
     return list(problems.values())
+
+
+_LAYER_OF = {room: rank for rank, rooms in enumerate(LAYERS) for room in rooms}
+
+
+def layer_crossing(module: str, imported: str) -> str | None:
+    """Why importing `imported` from `module` climbs the layers, or None."""
+    room, parts = module.split(".")[0], imported.split(".")
+    if parts[0] != "cluster_kit" or len(parts) < 2 or room == "__init__":
+        return None
+    target = parts[1]
+    if target == room or target not in _LAYER_OF:
+        return None
+    if room not in _LAYER_OF:
+        return f"{room} has no layer: add it to LAYERS"
+    if _LAYER_OF[target] >= _LAYER_OF[room]:
+        return f"layer {_LAYER_OF[room]} ({room}) may not import layer {_LAYER_OF[target]} ({target})"
+    return None
 
 
 _STDLIB = set(sys.stdlib_module_names)
@@ -116,10 +155,14 @@ def test_the_layout_is_the_documented_one() -> None:
     ("supervision", "import numpy\n", "stdlib only"),
     ("analysis.culprit", "from cluster_kit.analysis import traces\n", "stdlib only"),
     ("analysis.flight_recorder", "from . import rank_files\n", "stdlib only"),
+    ("config.effective", "from cluster_kit.render import jobscript\n", "layer 2 (config) may not import layer 6"),
+    ("report.audit", "def f():\n    from cluster_kit.lifecycle import follow\n", "(report) may not import"),
+    ("fleet.routing", "from cluster_kit.supervisor import decide\n", "layer 5 (fleet) may not import layer 5"),
+    ("text", "from cluster_kit.checks.findings import STATUS_ORDER\n", "layer 0 (text)"),
 ])
 def test_a_crossing_is_reported(module: str, source: str, why: str) -> None:
     found = violations([(module, ast.parse(source))])
-    assert len(found) == 1 and why in found[0], found
+    assert any(why in problem for problem in found), found
 
 
 def test_the_edges_may_do_their_job() -> None:

@@ -5,13 +5,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
-from cluster_kit.checks.findings import STATUS_ORDER
-
 Key = TypeVar("Key")
-
-
-# Sort position of a status in reports: the worst first.
-SEVERITY = {status: position for position, status in enumerate(reversed(STATUS_ORDER))}
 
 
 # C0 controls, DEL and C1 controls: what could end a line or start a terminal escape.
