@@ -14,6 +14,10 @@ The behaviour follows Slurm 22.05's own `scontrol show hostnames` (expand) and
 
 Where Slurm is lenient by accident (an unbalanced `[`, blanks inside brackets,
 `n[1-]`), this module raises ValueError instead of guessing.
+
+`NodeSet` is the value to pass around once a hostlist is read: built once from
+the text (`NodeSet("gpu[01-04]")`) or from names (`NodeSet.of(names)`), combined
+with `|`, `&` and `-`, and folded back to text by `str()` where it is printed.
 """
 from __future__ import annotations
 
