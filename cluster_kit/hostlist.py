@@ -25,6 +25,7 @@ import itertools
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 # Slurm refuses a single range of more hosts than this ("Too many hosts in range").
 MAX_RANGE_HOSTS = 65536
@@ -309,6 +310,10 @@ class NodeSet:
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("a NodeSet cannot be changed; build a new one with |, & or -")
+
+    def __reduce__(self) -> tuple[Any, tuple[tuple[str, ...]]]:
+        # copy and pickle rebuild through `of`: the slots cannot be set one by one
+        return (NodeSet.of, (self._nodes,))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._nodes)

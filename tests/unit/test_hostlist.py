@@ -6,7 +6,9 @@ The differential part runs `scontrol show hostnames` / `scontrol show hostlist`
 """
 from __future__ import annotations
 
+import copy
 import os
+import pickle
 import random
 import shutil
 import subprocess
@@ -328,6 +330,9 @@ def test_nodeset_is_a_hashable_value() -> None:
     assert repr(NodeSet("gpu[01-02]")) == "NodeSet('gpu[01-02]')"
     with pytest.raises(AttributeError):
         NodeSet("n1")._nodes = ("n2",)  # type: ignore[misc]
+    node_set = NodeSet("n[3,1-2]")
+    for copied in (copy.copy(node_set), copy.deepcopy(node_set), pickle.loads(pickle.dumps(node_set))):
+        assert copied == node_set and str(copied) == "n[3,1-2]"
 
 
 @pytest.mark.parametrize("expr,fragment", EXPAND_ERRORS)
