@@ -14,6 +14,10 @@ The behaviour follows Slurm 22.05's own `scontrol show hostnames` (expand) and
 
 Where Slurm is lenient by accident (an unbalanced `[`, blanks inside brackets,
 `n[1-]`), this module raises ValueError instead of guessing.
+
+`NodeSet` is the value to pass around once a hostlist is read: built once from
+the text (`NodeSet("gpu[01-04]")`) or from names (`NodeSet.of(names)`), combined
+with `|`, `&` and `-`, and folded back to text by `str()` where it is printed.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import itertools
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 # Slurm refuses a single range of more hosts than this ("Too many hosts in range").
 MAX_RANGE_HOSTS = 65536
@@ -245,3 +250,123 @@ def _format_group(group: list[_Run]) -> str:
     if len(group) == 1 and first.low == first.high:
         return first.prefix + first.range_text()
     return f"{first.prefix}[{','.join(run.range_text() for run in group)}]"
+
+
+# ---------------------------------------------------------------- NodeSet
+
+
+class NodeSet:
+    """An immutable set of node names: a Slurm hostlist as a value.
+
+    >>> nodes = NodeSet("gpu[01-04]") - NodeSet("gpu03")
+    >>> str(nodes), len(nodes), "gpu02" in nodes
+    ('gpu[01-02,04]', 3, True)
+
+    Iteration keeps Slurm's order (the order `expand` gives, or the order the
+    names came in) with each node once; `|` appends the right side's new nodes,
+    `&` and `-` keep the left side's order. `==` and the hash ignore the order,
+    as for any set; `str()` folds in the set's order, so it is the shortest
+    hostlist Slurm itself would print for these nodes in that order.
+    """
+
+    __slots__ = ("_members", "_nodes")
+
+    _nodes: tuple[str, ...]
+    _members: frozenset[str]
+
+    def __init__(self, hostlist: str = "") -> None:
+        """The nodes of a Slurm hostlist; raises ValueError as `expand` does."""
+        if not isinstance(hostlist, str):
+            raise TypeError(f"NodeSet takes a hostlist string, not {type(hostlist).__name__}; "
+                            "use NodeSet.of(names) for node names")
+        self._set_nodes(expand(hostlist))
+
+    @classmethod
+    def of(cls, names: Iterable[str]) -> NodeSet:
+        """The nodes named one by one (duplicates dropped, order kept).
+
+        Raises ValueError for a name that is not a single host name, as `fold` does.
+        """
+        if isinstance(names, NodeSet):
+            return names
+        if isinstance(names, str):
+            raise TypeError("NodeSet.of takes node names, not one string; use NodeSet(hostlist)")
+        nodes = list(dict.fromkeys(names))
+        for name in nodes:
+            _parse_host(name)
+        return cls._unchecked(nodes)
+
+    @classmethod
+    def _unchecked(cls, nodes: Iterable[str]) -> NodeSet:
+        """A NodeSet of names known to be valid and distinct."""
+        node_set = cls.__new__(cls)
+        node_set._set_nodes(nodes)
+        return node_set
+
+    def _set_nodes(self, nodes: Iterable[str]) -> None:
+        ordered = tuple(dict.fromkeys(nodes))
+        object.__setattr__(self, "_nodes", ordered)
+        object.__setattr__(self, "_members", frozenset(ordered))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("a NodeSet cannot be changed; build a new one with |, & or -")
+
+    def __reduce__(self) -> tuple[Any, tuple[tuple[str, ...]]]:
+        # copy and pickle rebuild through `of`: the slots cannot be set one by one
+        return (NodeSet.of, (self._nodes,))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._nodes)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __contains__(self, node: object) -> bool:
+        return node in self._members
+
+    def __or__(self, other: object) -> NodeSet:
+        if not isinstance(other, NodeSet):
+            return NotImplemented
+        return NodeSet._unchecked(self._nodes + other._nodes)
+
+    def __and__(self, other: object) -> NodeSet:
+        if not isinstance(other, NodeSet):
+            return NotImplemented
+        return NodeSet._unchecked(n for n in self._nodes if n in other._members)
+
+    def __sub__(self, other: object) -> NodeSet:
+        if not isinstance(other, NodeSet):
+            return NotImplemented
+        return NodeSet._unchecked(n for n in self._nodes if n not in other._members)
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, NodeSet):
+            return NotImplemented
+        return self._members <= other._members
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, NodeSet):
+            return NotImplemented
+        return self._members == other._members
+
+    def __hash__(self) -> int:
+        return hash(self._members)
+
+    def __str__(self) -> str:
+        return fold(self._nodes)
+
+    def __repr__(self) -> str:
+        return f"NodeSet({str(self)!r})"
+
+    def sorted(self) -> NodeSet:
+        """The same nodes in natural order (`gpu2` before `gpu10`), which folds shortest."""
+        return NodeSet._unchecked(sorted(self._nodes, key=natural_key))
+
+
+_DIGIT_RUNS = re.compile(r"(\d+)")
+
+
+def natural_key(name: str) -> tuple[tuple[int, str], ...]:
+    """Natural sort key: `gpu2` before `gpu10`, then by text so the order is total."""
+    parts = _DIGIT_RUNS.split(name)
+    return tuple((int(p), p) if i % 2 else (-1, p) for i, p in enumerate(parts))

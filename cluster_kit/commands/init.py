@@ -60,7 +60,7 @@ def node_list(host: str, nodes_expr: str | None) -> list[str]:
     if nodes_expr is not None and not nodes_expr.strip():
         raise InputError("--nodes is empty", fix="give a Slurm hostlist such as gpu[001-004], or leave it out")
     try:
-        more = hostlist.expand(nodes_expr) if nodes_expr else []
+        more = hostlist.NodeSet(nodes_expr) if nodes_expr else hostlist.NodeSet()
     except ValueError as exc:
         raise InputError(f"--nodes {nodes_expr!r}: {exc}", fix="write a Slurm hostlist such as gpu[001-004,010]")
     return list(dict.fromkeys([host, *more]))

@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from cluster_kit.app import App
 from cluster_kit.errors import InputError
+
+if TYPE_CHECKING:
+    from cluster_kit.hostlist import NodeSet
 
 
 def profile_option(f: Callable | None = None, *, required: bool = True,
@@ -29,8 +32,8 @@ def nodes_option(f: Callable) -> Callable:
 
 
 def select_nodes(app: App, profile: Any, nodes_expr: str | None) -> list[str]:
-    """The nodes to look at: --nodes, else the profile's `nodes`, else sinfo."""
-    from cluster_kit import hostlist
+    """The nodes to look at, each once: --nodes, else the profile's `nodes`, else sinfo."""
+    from cluster_kit.hostlist import NodeSet
     from cluster_kit.slurm import jobs
 
     if nodes_expr is not None and not nodes_expr.strip():
@@ -39,35 +42,30 @@ def select_nodes(app: App, profile: Any, nodes_expr: str | None) -> list[str]:
     expr = nodes_expr or profile.data.get("nodes")
     if expr:
         try:
-            nodes = hostlist.expand(expr)
+            nodes = NodeSet(expr)
         except ValueError as exc:
             raise InputError(f"--nodes {expr!r}: {exc}", fix="write a Slurm hostlist such as gpu[001-004,010]")
         if nodes_expr:
             warn_outside(nodes, profile)
-        return nodes
+        return list(nodes)
     partition = (profile.data.get("slurm") or {}).get("partition")
     return jobs.partition_nodes(app.runner(profile.data), partition)
 
 
-def nodes_outside(nodes: list[str], profile_nodes: str | None) -> list[str]:
+def nodes_outside(nodes: NodeSet, profile_nodes: str | None) -> NodeSet:
     """The nodes that the profile's `nodes` hostlist does not list (none when it lists none)."""
-    from cluster_kit import hostlist
+    from cluster_kit.hostlist import NodeSet
 
-    if not profile_nodes:
-        return []
-    listed = set(hostlist.expand(profile_nodes))
-    return [node for node in nodes if node not in listed]
+    return nodes - NodeSet(profile_nodes) if profile_nodes else NodeSet()
 
 
-def warn_outside(nodes: list[str], profile: Any) -> None:
+def warn_outside(nodes: NodeSet, profile: Any) -> None:
     """Say on stderr when --nodes names nodes the profile does not list: they are
     checked against this profile's expectations, which may not be theirs."""
-    from cluster_kit import hostlist
-
     outside = nodes_outside(nodes, profile.data.get("nodes"))
     if outside:
         one = len(outside) == 1
-        click.echo(f"clusterkit: warning: --nodes {hostlist.fold(outside)} {'is' if one else 'are'} not in "
+        click.echo(f"clusterkit: warning: --nodes {outside} {'is' if one else 'are'} not in "
                    f"profile {profile.name}'s nodes ({profile.data['nodes']}); checking "
                    f"{'it' if one else 'them'} against its expectations anyway", err=True)
 

@@ -24,7 +24,7 @@ from typing import Any
 from cluster_kit.errors import InputError
 from cluster_kit.fleet.facts import flatten as flatten_facts
 from cluster_kit.fleet.facts import is_per_node
-from cluster_kit.hostlist import expand, fold
+from cluster_kit.hostlist import NodeSet, fold, natural_key
 from cluster_kit.slurm.builders import build_scontrol_update_nodes
 from cluster_kit.text import nodes_by
 
@@ -44,7 +44,6 @@ FlatFacts = dict[str, str]
 PerNode = Callable[[str], bool]
 Flatten = Callable[[dict[str, Any]], FlatFacts]
 
-_DIGITS = re.compile(r"(\d+)")
 _REASON_UNSAFE = re.compile(r"[^A-Za-z0-9_.,:+ -]")
 
 
@@ -54,8 +53,7 @@ _REASON_UNSAFE = re.compile(r"[^A-Za-z0-9_.,:+ -]")
 @functools.lru_cache(maxsize=65536)
 def node_key(name: str) -> tuple[Any, ...]:
     """Natural sort key: `gpu2` before `gpu10`, then by text so the order is total."""
-    parts = _DIGITS.split(name)
-    return tuple((int(p), p) if i % 2 else (-1, p) for i, p in enumerate(parts))
+    return natural_key(name)
 
 
 def sort_nodes(nodes: Iterable[str]) -> list[str]:
@@ -65,7 +63,7 @@ def sort_nodes(nodes: Iterable[str]) -> list[str]:
 
 def fold_nodes(nodes: Iterable[str]) -> str:
     """One folded hostlist of the nodes, in natural order (fold merges only neighbours)."""
-    return fold(sort_nodes(nodes))
+    return str(NodeSet.of(nodes).sorted())
 
 
 # ---------------------------------------------------------------- drift
@@ -148,7 +146,7 @@ def slurm_index(slurm_nodes: Any) -> dict[str, dict[str, str]]:
     index: dict[str, dict[str, str]] = {}
     for record in slurm_nodes:
         name = _field(record, "node", "name", "NodeName")
-        for node in [name] if name else expand(_field(record, "nodes")):
+        for node in [name] if name else NodeSet(_field(record, "nodes")):
             index[node] = _slurm_record(record)
     return index
 

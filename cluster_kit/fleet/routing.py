@@ -7,11 +7,11 @@ refusing the job.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster_kit.hostlist import fold
+from cluster_kit.hostlist import NodeSet, fold
 from cluster_kit.slurm.builders import NodeRow
 
 # Node states (sinfo %T, lower case) in which Slurm gives a node to no new job.
@@ -43,8 +43,8 @@ class Candidates:
     unchecked: dict[str, str] = field(default_factory=dict)  # node -> UNCHECKED_* id
 
 
-def candidate_nodes(pool: Sequence[str], rows: Sequence[NodeRow] | None,
-                    nodelist: Sequence[str] = (), exclude: Sequence[str] = ()) -> Candidates:
+def candidate_nodes(pool: Iterable[str], rows: Sequence[NodeRow] | None,
+                    nodelist: Iterable[str] = (), exclude: Iterable[str] = ()) -> Candidates:
     """The nodes Slurm could give the job.
 
     `pool` is the profile's nodes (else the partition's), `rows` the partition's
@@ -56,8 +56,9 @@ def candidate_nodes(pool: Sequence[str], rows: Sequence[NodeRow] | None,
     nodes: list[str] = []
     left_out: dict[str, str] = {}
     unchecked: dict[str, str] = {}
-    excluded = set(exclude)
-    wanted = list(dict.fromkeys(nodelist or pool))
+    excluded = NodeSet.of(exclude)
+    required = NodeSet.of(nodelist)
+    wanted = required or NodeSet.of(pool)
     for node in wanted:
         row = None if states is None else states.get(node)
         if node in excluded:
@@ -69,11 +70,10 @@ def candidate_nodes(pool: Sequence[str], rows: Sequence[NodeRow] | None,
             unchecked[node] = UNCHECKED_STATE
         else:
             nodes.append(node)
-    for node in states or {}:
-        if node not in excluded and node not in left_out and node not in nodes:
-            left_out[node] = "in the partition, not in the profile's nodes"
-            unchecked[node] = UNCHECKED_POOL
-    return Candidates(nodes, left_out, required=bool(nodelist), unchecked=unchecked)
+    for node in NodeSet.of(states or ()) - wanted - excluded:
+        left_out[node] = "in the partition, not in the profile's nodes"
+        unchecked[node] = UNCHECKED_POOL
+    return Candidates(nodes, left_out, required=bool(required), unchecked=unchecked)
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ class Route:
     @property
     def exclude_expr(self) -> str | None:
         """The folded hostlist for `#SBATCH --exclude`, None when empty."""
-        return fold(self.exclude) if self.exclude else None
+        return str(NodeSet.of(self.exclude)) if self.exclude else None
 
 
 def failing_nodes(report: Mapping[str, Any]) -> dict[str, list[str]]:
@@ -103,7 +103,7 @@ def failing_nodes(report: Mapping[str, Any]) -> dict[str, list[str]]:
 
 
 def plan_route(candidates: Candidates, report: Mapping[str, Any], nodes_needed: int,
-               strict: bool = False, job_exclude: Sequence[str] = ()) -> Route:
+               strict: bool = False, job_exclude: Iterable[str] = ()) -> Route:
     """Route around the failing candidates while `nodes_needed` healthy ones remain.
 
     Refused when `strict` and any candidate fails, when a failing node is one
@@ -112,9 +112,9 @@ def plan_route(candidates: Candidates, report: Mapping[str, Any], nodes_needed: 
     Slurm (it queues, or says it can never start).
     """
     failing = failing_nodes(report)
-    healthy = len([n for n in candidates.nodes if n not in failing])
+    healthy = len(NodeSet.of(candidates.nodes) - NodeSet.of(failing))
     unchecked = {node: [why] for node, why in candidates.unchecked.items()}
-    exclude = list(dict.fromkeys([*job_exclude, *failing, *unchecked]))
+    exclude = list(NodeSet.of(job_exclude) | NodeSet.of(failing) | NodeSet.of(unchecked))
     refusal = None
     if failing:
         named = describe(failing)
@@ -145,14 +145,14 @@ def describe(failing: Mapping[str, Sequence[str]]) -> str:
 
 def refusal_fix(route: Route, candidates: Candidates) -> str:
     """How to get the job submitted anyway: exclude, fix or drain the nodes."""
-    nodes = fold(list(route.excluded))
-    failing = [node for node in route.excluded if node not in route.unchecked]
-    if route.unchecked and not failing:
-        waiting = [n for n in route.unchecked if candidates.unchecked.get(n) == UNCHECKED_STATE]
-        outside = [n for n in route.unchecked if n not in waiting]
-        steps = [f"wait until Slurm can use {fold(waiting)} again (sinfo -n {fold(waiting)}) and submit again"
+    nodes = NodeSet.of(route.excluded)
+    unchecked = NodeSet.of(route.unchecked)
+    if unchecked and not nodes - unchecked:
+        waiting = NodeSet.of(n for n in unchecked if candidates.unchecked.get(n) == UNCHECKED_STATE)
+        outside = unchecked - waiting
+        steps = [f"wait until Slurm can use {waiting} again (sinfo -n {waiting}) and submit again"
                  ] if waiting else []
-        steps += [f"add {fold(outside)} to the profile's nodes"] if outside else []
+        steps += [f"add {outside} to the profile's nodes"] if outside else []
         return ", ".join(steps) + f", ask for at most {route.healthy} node(s), or submit with --no-preflight"
     if candidates.required:
         return f"remove {nodes} from slurm.nodelist, or fix them (clusterkit preflight --nodes {nodes})"

@@ -12,6 +12,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from cluster_kit.errors import ClusterRefused
+from cluster_kit.hostlist import NodeSet
 from cluster_kit.lifecycle.chains import Chain
 from cluster_kit.lifecycle.diagnosis import ended_as
 from cluster_kit.slurm import builders as slurm
@@ -76,13 +77,13 @@ def chain_advice(chain: Chain, attempts: list[dict[str, Any]], status: jobs.JobS
     return advice
 
 
-def _blamed_hosts(attempt: dict[str, Any]) -> list[str]:
-    return [str(h) for h in (attempt.get("culprit") or {}).get("hosts") or ()]
+def _blamed_hosts(attempt: dict[str, Any]) -> NodeSet:
+    return NodeSet.of(str(h) for h in (attempt.get("culprit") or {}).get("hosts") or ())
 
 
 def _node_advice(attempts: list[dict[str, Any]]) -> list[str]:
     """A node blamed by two attempts, or for a hang or a node failure: check it, drain it."""
-    blamed = Counter(h for a in attempts for h in dict.fromkeys(_blamed_hosts(a)))
+    blamed = Counter(h for a in attempts for h in _blamed_hosts(a))
     advice = []
     for host, times in blamed.items():
         if times > 1:
@@ -105,7 +106,7 @@ def _crash_advice(attempts: list[dict[str, Any]]) -> list[str]:
     crashes = [a for a in attempts if a.get("ended") == "crash" and a.get("culprit")]
     if not crashes:
         return []
-    hosts = {h for a in crashes for h in _blamed_hosts(a)}
+    hosts = NodeSet.of(h for a in crashes for h in _blamed_hosts(a))
     shapes = {_without_hosts(a) for a in crashes}
     last = crashes[-1]
     if len(crashes) > 1 and len(shapes) == 1 and len(hosts) > 1:

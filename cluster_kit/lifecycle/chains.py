@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cluster_kit.errors import ClusterRefused
+from cluster_kit.hostlist import NodeSet
 from cluster_kit.lifecycle import records
 from cluster_kit.lifecycle.submission import where_key
 from cluster_kit.slurm import jobs
@@ -193,15 +194,16 @@ def restart_line(chain: Chain, job_id: str) -> str:
     evidence = (attempt.get("culprit") or {}).get("evidence")
     ended = attempt.get("ended", "?")
     without = excluded_through(chain, attempt)
+    # One by one, as the supervisor's own lines name them, not folded.
     return (f"attempt {attempt.get('attempt', '?')} ended ({ended}{': ' + evidence if evidence else ''}); "
             f"restarted as job {chain.after(job_id)}" + (f" without {','.join(without)}" if without else ""))
 
 
-def excluded_through(chain: Chain, last: dict[str, Any]) -> list[str]:
+def excluded_through(chain: Chain, last: dict[str, Any]) -> NodeSet:
     """Every node excluded by the attempts up to `last`, in the order they were blamed."""
-    out: list[str] = []
+    out = NodeSet()
     for attempt in chain.attempts:
-        out += [str(n) for n in attempt.get("excluded") or () if str(n) not in out]
+        out |= NodeSet.of(str(n) for n in attempt.get("excluded") or ())
         if attempt is last:
             break
     return out

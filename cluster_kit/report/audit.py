@@ -28,7 +28,7 @@ from cluster_kit.fleet.audit import (
     node_key,
     summarize_changes,
 )
-from cluster_kit.hostlist import expand
+from cluster_kit.hostlist import NodeSet
 from cluster_kit.text import format_table, nodes_by, printable
 
 HTML_TEMPLATE = "audit.html.j2"
@@ -253,7 +253,7 @@ def html_environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["count_nodes"] = lambda hostlist: len(expand(hostlist))
+    env.filters["count_nodes"] = lambda hostlist: len(NodeSet(hostlist))
     env.policies["json.dumps_kwargs"] = {"sort_keys": False, "separators": (",", ":")}
     return env
 

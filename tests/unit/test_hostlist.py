@@ -1,11 +1,14 @@
-"""Hostlist expand/fold: table tests plus a differential test against Slurm's scontrol.
+"""Hostlist expand/fold and the NodeSet value: table tests plus a differential test
+against Slurm's scontrol.
 
 The differential part runs `scontrol show hostnames` / `scontrol show hostlist`
 (which need only a slurm.conf, no daemon) on a few hundred seeded random cases.
 """
 from __future__ import annotations
 
+import copy
 import os
+import pickle
 import random
 import shutil
 import subprocess
@@ -13,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster_kit.hostlist import expand, fold
+from cluster_kit.hostlist import NodeSet, expand, fold
 
 EXPAND_TABLE = [
     ("gpu[001-004,010]", ["gpu001", "gpu002", "gpu003", "gpu004", "gpu010"]),
@@ -265,3 +268,95 @@ def test_the_most_hosts_an_expression_may_name() -> None:
     assert len(expand("n[1-65536]")) == 65536
     assert len(expand("a[1-32768],b[1-32768]")) == 65536
     assert len(expand("r[1-256]n[1-256]")) == 65536
+
+
+# ------------------------------------------------------- NodeSet
+
+NODESET_TABLE = [
+    # (hostlist, nodes in order, each once, str())
+    ("gpu[001-004,010]", ["gpu001", "gpu002", "gpu003", "gpu004", "gpu010"], "gpu[001-004,010]"),
+    ("gpu[01-04,07]", ["gpu01", "gpu02", "gpu03", "gpu04", "gpu07"], "gpu[01-04,07]"),
+    ("n[1-3,2-4]", ["n1", "n2", "n3", "n4"], "n[1-4]"),
+    ("a,b,a", ["a", "b"], "a,b"),
+    ("n[3,1-2]", ["n3", "n1", "n2"], "n[3,1-2]"),
+    ("gpu[01-02],cpu[1-2],gpu03", ["gpu01", "gpu02", "cpu1", "cpu2", "gpu03"], "gpu[01-02],cpu[1-2],gpu03"),
+    ("n[09-11] login", ["n09", "n10", "n11", "login"], "n[09-11],login"),
+    ("rack[1-2]-gpu[01-02]", ["rack1-gpu01", "rack1-gpu02", "rack2-gpu01", "rack2-gpu02"],
+     "rack1-gpu[01-02],rack2-gpu[01-02]"),
+    ("n1-ib,n2-ib,n1-ib", ["n1-ib", "n2-ib"], "n1-ib,n2-ib"),
+    ("", [], ""),
+    (" , ", [], ""),
+]
+
+
+@pytest.mark.parametrize("expr,nodes,folded", NODESET_TABLE)
+def test_nodeset_from_a_hostlist(expr: str, nodes: list[str], folded: str) -> None:
+    node_set = NodeSet(expr)
+    assert list(node_set) == nodes
+    assert len(node_set) == len(nodes)
+    assert all(node in node_set for node in nodes)
+    assert str(node_set) == folded
+    assert NodeSet(str(node_set)) == node_set
+    assert bool(node_set) == bool(nodes)
+
+
+def test_nodeset_of_names_keeps_their_order_once() -> None:
+    node_set = NodeSet.of(["gpu10", "gpu2", "gpu10", "gpu3"])
+    assert list(node_set) == ["gpu10", "gpu2", "gpu3"]
+    assert str(node_set) == "gpu[10,2-3]"
+    assert str(node_set.sorted()) == "gpu[2-3,10]"
+    assert NodeSet.of([]) == NodeSet() == NodeSet("")
+    assert NodeSet.of(n for n in ["a1", "a2"]) == NodeSet("a[1-2]")
+    assert NodeSet.of(node_set) is node_set
+
+
+def test_nodeset_arithmetic_keeps_the_left_order() -> None:
+    gpus = NodeSet("gpu[01-04,07]")
+    assert str(gpus | NodeSet("gpu[05-06],gpu01")) == "gpu[01-04,07,05-06]"
+    assert str(gpus & NodeSet("gpu07,gpu[02-03],cpu1")) == "gpu[02-03,07]"
+    assert str(gpus - NodeSet("gpu[02-03]")) == "gpu[01,04,07]"
+    assert str(gpus - gpus) == ""
+    assert NodeSet("gpu[02-03]") <= gpus
+    assert not gpus <= NodeSet("gpu[01-04]")
+    assert NodeSet("n[1-2]") | NodeSet() == NodeSet("n[1-2]")
+
+
+def test_nodeset_is_a_hashable_value() -> None:
+    assert NodeSet("n[1-3]") == NodeSet("n3,n1,n2") == NodeSet.of(["n2", "n3", "n1"])
+    assert NodeSet("n[1-3]") != NodeSet("n[1-4]")
+    assert NodeSet("n01") != NodeSet("n1")  # zero padding is part of the name
+    assert NodeSet("n[1-3]") != "n[1-3]"
+    assert len({NodeSet("n[1-3]"), NodeSet("n[3,1-2]"), NodeSet("n[1-2]")}) == 2
+    assert repr(NodeSet("gpu[01-02]")) == "NodeSet('gpu[01-02]')"
+    with pytest.raises(AttributeError):
+        NodeSet("n1")._nodes = ("n2",)  # type: ignore[misc]
+    node_set = NodeSet("n[3,1-2]")
+    for copied in (copy.copy(node_set), copy.deepcopy(node_set), pickle.loads(pickle.dumps(node_set))):
+        assert copied == node_set and str(copied) == "n[3,1-2]"
+
+
+@pytest.mark.parametrize("expr,fragment", EXPAND_ERRORS)
+def test_nodeset_refuses_what_expand_refuses(expr: str, fragment: str) -> None:
+    with pytest.raises(ValueError) as info:
+        NodeSet(expr)
+    assert fragment in str(info.value)
+    assert repr(expr) in str(info.value)
+
+
+def test_nodeset_of_refuses_what_fold_refuses() -> None:
+    with pytest.raises(ValueError, match="invalid host name 'n\\[1\\]'"):
+        NodeSet.of(["ok1", "n[1]"])
+    with pytest.raises(TypeError, match="NodeSet\\(hostlist\\)"):
+        NodeSet.of("n[1-2]")
+    with pytest.raises(TypeError, match="NodeSet.of"):
+        NodeSet(["n1"])  # type: ignore[arg-type]
+
+
+def test_nodeset_round_trips_random_hostlists() -> None:
+    rng = random.Random(11)
+    for _ in range(300):
+        hosts = _random_hosts(rng)
+        node_set = NodeSet.of(hosts)
+        assert list(node_set) == list(dict.fromkeys(hosts))
+        assert NodeSet(str(node_set)) == node_set
+        assert list(NodeSet(str(node_set))) == list(node_set)

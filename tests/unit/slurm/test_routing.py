@@ -15,6 +15,7 @@ from test_slurm import CASES, Replay, err, out
 from cluster_kit.config.launch import launch_shape
 from cluster_kit.errors import ClusterRefused
 from cluster_kit.fleet import routing
+from cluster_kit.hostlist import NodeSet
 from cluster_kit.slurm import builders as slurm
 from cluster_kit.slurm import jobs
 from cluster_kit.slurm import runner as slurm_runner
@@ -52,6 +53,15 @@ def test_nodelist_replaces_the_pool_and_is_required() -> None:
     rows = slurm.parse_sinfo_nodes(out("sinfo_nodes"))
     got = routing.candidate_nodes(["n1", "n2"], rows, nodelist=["n2"])
     assert (got.nodes, got.required) == (["n2"], True)
+
+
+def test_candidates_take_node_sets_as_they_take_lists() -> None:
+    rows = slurm.parse_sinfo_nodes(out("sinfo_nodes"))
+    got = routing.candidate_nodes(NodeSet("n[1-2],gpu9"), rows, exclude=NodeSet("n1"))
+    assert got == routing.candidate_nodes(["n1", "n2", "gpu9"], rows, exclude=["n1"])
+    required = routing.candidate_nodes(NodeSet("n[1-2]"), rows, nodelist=NodeSet("n2"))
+    assert (required.nodes, required.required) == (["n2"], True)
+    assert not routing.candidate_nodes(NodeSet("n[1-2]"), rows, nodelist=NodeSet()).required
 
 
 @pytest.mark.parametrize(("state", "usable"), [
