@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from cluster_kit.app import App, pass_app
+from cluster_kit.commands.options import write_output
 from cluster_kit.errors import CheckFailed, InputError
 
 FORMATS = ("table", "json", "html")
@@ -39,11 +40,7 @@ def emit(doc: dict[str, Any], results: list[Any], fmt: str, output: str | None) 
     if not output:
         click.echo(text, nl=False)
         return
-    try:
-        Path(output).write_text(text)
-    except OSError as exc:
-        raise InputError(f"-o {output}: cannot write the report: {exc.strerror}",
-                         fix="write it into an existing folder you can write to") from None
+    write_output("-o", output, text, "the report")
     click.echo(f"wrote {output}", err=True)
 
 
