@@ -37,6 +37,7 @@ the sibling is then loaded by path as well.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.util
 import logging
@@ -46,7 +47,7 @@ import time
 import weakref
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -137,10 +138,13 @@ def wrap_ddp(
     Capturing the full backward pass needs DDP constructed in a side-stream
     context: with ``for_capture`` (default: ``CLUSTERKIT_CUDA_GRAPHS=1``) and a
     CUDA module it is built on :func:`capture_stream`; otherwise this is plain
-    ``DistributedDataParallel(module, **ddp_kwargs)``.
+    ``DistributedDataParallel(module, **ddp_kwargs)``. Under ``bench ddp --sweep``
+    the arguments of ``CLUSTERKIT_DDP_VARIANT`` (:func:`variant_kwargs`) win over
+    the caller's.
     """
     from torch.nn.parallel import DistributedDataParallel
 
+    ddp_kwargs.update(variant_kwargs())
     device = module_device(module)
     wanted = graphs_requested() if for_capture is None else for_capture
     if device.type != "cuda":
@@ -945,6 +949,37 @@ def _all_ranks_agree(ok: bool, device: torch.device) -> bool:
     return bool(flag.item())
 
 
+class TrainingStep(Protocol):
+    """What :func:`build_step` returns: a :class:`GraphedStep`, itself or feeding a profiler.
+
+    ``step(inputs, targets)`` (or ``step.step``) runs one training step and returns
+    its loss; ``graphed``, ``reason``, ``trial_ms`` and ``last_grad_norm`` are
+    :class:`GraphedStep`'s.
+    """
+
+    @property
+    def model(self) -> nn.Module: ...
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer: ...
+
+    @property
+    def graphed(self) -> bool: ...
+
+    @property
+    def reason(self) -> str | None: ...
+
+    @property
+    def trial_ms(self) -> dict[str, float] | None: ...
+
+    @property
+    def last_grad_norm(self) -> torch.Tensor | None: ...
+
+    def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor: ...
+
+    def __call__(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor: ...
+
+
 def build_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -958,12 +993,14 @@ def build_step(
     accumulation_steps: int = 1,
     grad_scaler: Any | None = None,
     keep_faster: bool = True,
-) -> GraphedStep:
+) -> TrainingStep:
     """A training step, graphed when ``enabled`` (default: ``CLUSTERKIT_CUDA_GRAPHS=1``).
 
     See :class:`GraphedStep` for the options; ``step.graphed`` and ``step.reason``
     say whether it replays a graph and why not. With ``keep_faster`` (the default)
     the graph is kept only where it beats the eager step, timed on the example batch.
+    With ``CLUSTERKIT_PROFILE_STEPS`` set (``bench ddp``) the step also feeds a
+    :class:`StepProfiler` of its own.
     """
     enable_supervision()  # a hang in warm-up or capture is diagnosed too
     wanted = graphs_requested() if enabled is None else enabled
@@ -980,12 +1017,15 @@ def build_step(
         grad_scaler=grad_scaler,
         keep_faster=keep_faster,
     )
-    return step
+    profiler = StepProfiler()
+    if not profiler.enabled:
+        return step
+    atexit.register(profiler.close)
+    return _ProfiledStep(step, profiler)
 
 
 # --- Step profiling and DDP variants (`clusterkit bench ddp`) -----------------------
-# Everything below wraps build_step and wrap_ddp from the outside, so the step and
-# the wrapper above stay as they are; the last lines of the module rebind them.
+# What build_step and wrap_ddp read from the environment bench ddp's job sets.
 
 PROFILE_STEPS_ENV = "CLUSTERKIT_PROFILE_STEPS"
 PROFILE_DIR_ENV = "CLUSTERKIT_PROFILE_DIR"
@@ -1107,7 +1147,7 @@ class StepProfiler:
 class _ProfiledStep:
     """A step from build_step that feeds a StepProfiler; its attributes pass through."""
 
-    def __init__(self, step: Any, profiler: StepProfiler) -> None:
+    def __init__(self, step: GraphedStep, profiler: StepProfiler) -> None:
         self._step = step
         self._profiler = profiler
 
@@ -1120,25 +1160,32 @@ class _ProfiledStep:
 
     step = __call__
 
+    @property
+    def model(self) -> nn.Module:
+        return self._step.model
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self._step.optimizer
+
+    @property
+    def graphed(self) -> bool:
+        return self._step.graphed
+
+    @property
+    def reason(self) -> str | None:
+        return self._step.reason
+
+    @property
+    def trial_ms(self) -> dict[str, float] | None:
+        return self._step.trial_ms
+
+    @property
+    def last_grad_norm(self) -> torch.Tensor | None:
+        return self._step.last_grad_norm
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._step, name)
-
-
-def _profiled_builder(build: Callable[..., Any]) -> Callable[..., Any]:
-    """build_step that profiles its steps by itself when CLUSTERKIT_PROFILE_STEPS is set."""
-    import atexit
-    import functools
-
-    @functools.wraps(build)
-    def build_step(*args: Any, **kwargs: Any) -> Any:
-        step = build(*args, **kwargs)
-        profiler = StepProfiler()
-        if not profiler.enabled:
-            return step
-        atexit.register(profiler.close)
-        return _ProfiledStep(step, profiler)
-
-    return build_step
 
 
 def variant_kwargs(environ: dict[str, str] | None = None) -> dict[str, Any]:
@@ -1164,18 +1211,3 @@ def variant_kwargs(environ: dict[str, str] | None = None) -> dict[str, Any]:
             raise ValueError(f"{VARIANT_ENV}: unknown variant {part!r}; valid: as-is, bucket_cap_mb=N, "
                              "gradient_as_bucket_view, static_graph, cuda_graphs=on, cuda_graphs=off")
     return out
-
-
-def _with_variant(wrap: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
-    import functools
-
-    @functools.wraps(wrap)
-    def wrap_ddp(module: nn.Module, for_capture: bool | None = None, **ddp_kwargs: Any) -> nn.Module:
-        ddp_kwargs.update(variant_kwargs())
-        return wrap(module, for_capture, **ddp_kwargs)
-
-    return wrap_ddp
-
-
-build_step = _profiled_builder(build_step)  # type: ignore[assignment]
-wrap_ddp = _with_variant(wrap_ddp)  # type: ignore[assignment]

@@ -10,19 +10,33 @@ from typing import IO, Any
 
 import click
 
-# Characters that would drive the terminal (escape sequences), break a message's lines
-# or fail to encode (lone surrogates, which YAML's "\ud800" escape can produce).
-_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+# The one sanitizer's characters: C0 controls, DEL and C1 controls (what could end a
+# line or start a terminal escape sequence), the Unicode line and paragraph separators,
+# and lone surrogates (which YAML's "\ud800" escape can produce and no encoder takes).
+CONTROL_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def escaped(char: str) -> str:
+    """One character as an escape a terminal shows verbatim: `\\x1b`, `\\u2028`."""
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+_LINE_CHARS = {"\n": "\\n", "\t": "\\t"}  # kept, or written as Python writes them
 
 
 def printable(text: str, keep_newlines: bool = True) -> str:
-    """`text` with terminal controls and unencodable characters shown as escapes (`\\x1b`)."""
-    def escape(match: re.Match[str]) -> str:
-        code = ord(match.group())
-        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    """`text` with terminal controls and unencodable characters shown as escapes (`\\x1b`).
 
-    text = _UNPRINTABLE.sub(escape, text)
-    return text if keep_newlines else text.replace("\n", "\\n").replace("\t", "\\t")
+    Newlines and tabs stay as they are with `keep_newlines`, else they become `\\n`, `\\t`.
+    """
+    def escape(match: re.Match[str]) -> str:
+        char = match.group()
+        if char in _LINE_CHARS:
+            return char if keep_newlines else _LINE_CHARS[char]
+        return escaped(char)
+
+    return CONTROL_CHARS.sub(escape, text)
 
 
 class ClusterKitError(click.ClickException):

@@ -1,20 +1,18 @@
-"""Text for people: tables, the one control-character sanitizer, grouping nodes by outcome."""
+"""Text for people: tables, control characters shown as escapes, grouping nodes by outcome."""
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
+
+from cluster_kit.errors import CONTROL_CHARS, escaped
 
 Key = TypeVar("Key")
 
 
-# C0 controls, DEL and C1 controls: what could end a line or start a terminal escape.
-CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
 def printable(value: Any) -> str:
-    """The value with control characters shown as `\\xNN` (no terminal escapes get through)."""
-    return CONTROL_CHARS.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
+    """The value on one line, every character of the sanitizer (`errors.CONTROL_CHARS`,
+    newlines and tabs too) shown as `\\xNN` or `\\uNNNN`: no terminal escape gets through."""
+    return CONTROL_CHARS.sub(lambda m: escaped(m.group()), str(value))
 
 
 def format_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:

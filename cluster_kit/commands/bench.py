@@ -1,4 +1,4 @@
-"""Benchmarks that run as Slurm jobs: bench allreduce."""
+"""Benchmarks that run as Slurm jobs: bench allreduce, and bench ddp (from commands/ddp.py)."""
 from __future__ import annotations
 
 import json
@@ -6,6 +6,7 @@ import json
 import click
 
 from cluster_kit.app import App, pass_app
+from cluster_kit.commands.ddp import bench_ddp
 from cluster_kit.commands.jobs import JOB_FILE, sbatch_job, state_reporter
 from cluster_kit.errors import CheckFailed
 
@@ -13,6 +14,9 @@ from cluster_kit.errors import CheckFailed
 @click.group()
 def bench() -> None:
     """Benchmarks that run as Slurm jobs."""
+
+
+bench.add_command(bench_ddp)  # it lives beside `analyze`, which reads the same traces
 
 
 @bench.command("allreduce")

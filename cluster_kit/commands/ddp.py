@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from cluster_kit.app import App, pass_app
+from cluster_kit.commands.options import write_output
 from cluster_kit.errors import CheckFailed, InputError
 
 FORMATS = ("table", "json", "html")
@@ -28,22 +29,19 @@ def pick_format(as_json: bool, fmt: str | None) -> str:
 
 def emit(doc: dict[str, Any], results: list[Any], fmt: str, output: str | None) -> None:
     """Print (or write) the report in the chosen format."""
-    from cluster_kit.analysis import html, report
+    from cluster_kit.analysis import report
+    from cluster_kit.report import step_time
 
     if fmt == "json":
         text = json.dumps(doc, indent=2) + "\n"
     elif fmt == "html":
-        text = html.render_html(doc, results)
+        text = step_time.render_html(doc, results)
     else:
         text = report.format_report(doc) + "\n"
     if not output:
         click.echo(text, nl=False)
         return
-    try:
-        Path(output).write_text(text)
-    except OSError as exc:
-        raise InputError(f"-o {output}: cannot write the report: {exc.strerror}",
-                         fix="write it into an existing folder you can write to") from None
+    write_output("-o", output, text, "the report")
     click.echo(f"wrote {output}", err=True)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from cluster_kit.app import App, pass_app
+from cluster_kit.commands.options import write_output
 from cluster_kit.errors import CheckFailed, InputError
 
 
@@ -91,19 +92,6 @@ def check_written(text: str, data: dict[str, Any]) -> None:
                          fix="report this with the output of `clusterkit probe --json` on the node")
 
 
-def write_output(path: str, text: str, force: bool) -> None:
-    """Write the profile; an existing file only with --force."""
-    try:
-        with open(path, "w" if force else "x") as handle:
-            handle.write(text)
-    except FileExistsError:
-        raise InputError(f"-o {path}: the file exists; nothing was written",
-                         fix="pass --force to replace it, or choose another -o") from None
-    except OSError as exc:
-        raise InputError(f"-o {path}: cannot write the profile: {exc.strerror}",
-                         fix="write it into an existing folder you can write to") from None
-
-
 @click.command("init")
 @click.option("--from-node", "host", required=True, metavar="HOST",
               help="The node to learn from (ties between nodes go its way).")
@@ -155,7 +143,7 @@ def init(app: App, host: str, nodes_expr: str | None, ssh_config: str | None, ou
     for line in derived.outliers:
         click.echo(f"outlier: {line}", err=True)
     if output:
-        write_output(output, text, force)
+        write_output("-o", output, text, "the profile", replace=force)
         click.echo(f"wrote {output} from {len(facts)} node(s); check it with: clusterkit preflight --profile {output}")
     else:
         click.echo(text, nl=False)

@@ -7,8 +7,6 @@ from typing import Any
 import click
 
 from cluster_kit.app import App, pass_app
-from cluster_kit.commands.bench import bench
-from cluster_kit.commands.ddp import bench_ddp
 from cluster_kit.commands.options import write_output
 from cluster_kit.errors import ValidationError
 
@@ -122,5 +120,3 @@ def render(app: App, job_file: str, output: str | None) -> None:
     else:
         click.echo(script, nl=False)
 
-
-bench.add_command(bench_ddp)

@@ -70,12 +70,17 @@ def warn_outside(nodes: NodeSet, profile: Any) -> None:
                    f"{'it' if one else 'them'} against its expectations anyway", err=True)
 
 
-def write_output(option: str, path: str, text: str, what: str) -> None:
-    """Write a file the user named with `option`; InputError (exit 2) when it cannot be."""
-    from pathlib import Path
+def write_output(option: str, path: str, text: str, what: str, replace: bool = True) -> None:
+    """Write a file the user named with `option`; InputError (exit 2) when it cannot be.
 
+    With `replace` false an existing file is left as it is (its command's --force replaces it).
+    """
     try:
-        Path(path).write_text(text)
+        with open(path, "w" if replace else "x") as handle:
+            handle.write(text)
+    except FileExistsError:
+        raise InputError(f"{option} {path}: the file exists; nothing was written",
+                         fix=f"pass --force to replace it, or choose another {option}") from None
     except OSError as exc:
         raise InputError(f"{option} {path}: cannot write {what}: {exc.strerror or exc}",
                          fix="write it into an existing folder you can write to") from None

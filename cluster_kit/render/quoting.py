@@ -7,8 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cluster_kit.config.validators import ENV_NAME_RE
-from cluster_kit.errors import InputError
-from cluster_kit.text import CONTROL_CHARS
+from cluster_kit.errors import CONTROL_CHARS, InputError
 
 # Bare #SBATCH values need none of sbatch's quoting; anything else is quoted.
 _SBATCH_BARE = re.compile(r"[A-Za-z0-9_.,:/%@+=^~-]+\Z")

@@ -17,10 +17,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import jinja2
-
 from cluster_kit.checks.findings import SEVERITY, with_fix
-from cluster_kit.config.search import builtin_dir
 from cluster_kit.fleet.audit import (
     ABSENT,
     fold_nodes,
@@ -28,7 +25,7 @@ from cluster_kit.fleet.audit import (
     node_key,
     summarize_changes,
 )
-from cluster_kit.hostlist import NodeSet
+from cluster_kit.report.html import render_page
 from cluster_kit.text import format_table, nodes_by, printable
 
 HTML_TEMPLATE = "audit.html.j2"
@@ -244,20 +241,6 @@ def grid_data(audit: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def html_environment() -> jinja2.Environment:
-    """Jinja2 over the built-in templates with autoescape on and compact JSON."""
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(builtin_dir("templates"))),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["count_nodes"] = lambda hostlist: len(NodeSet(hostlist))
-    env.policies["json.dumps_kwargs"] = {"sort_keys": False, "separators": (",", ":")}
-    return env
-
-
 def html_context(audit: Mapping[str, Any]) -> dict[str, Any]:
     """What audit.html.j2 sees."""
     drift = [{**e, "groups": outlier_groups(e["outliers"])} for e in audit.get("drift", [])]
@@ -276,7 +259,7 @@ def html_context(audit: Mapping[str, Any]) -> dict[str, Any]:
 
 def render_html(audit: Mapping[str, Any]) -> str:
     """One self-contained HTML page: inline CSS and script, no network fetch of any kind."""
-    return html_environment().get_template(HTML_TEMPLATE).render(html_context(audit))
+    return render_page(HTML_TEMPLATE, html_context(audit))
 
 
 def render(audit: Mapping[str, Any], fmt: str) -> str:

@@ -191,7 +191,7 @@ def run_graphed(
     make_opt: Callable[[nn.Module], torch.optim.Optimizer],
     keep_faster: bool = False,
     dropout: float = 0.0,
-) -> tuple[ddp.GraphedStep, list[Record]]:
+) -> tuple[ddp.TrainingStep, list[Record]]:
     model = ddp.wrap_ddp(make_net(dropout), for_capture=True)
     opt, scaler = make_opt(model), scaler_factory(opts)
     kwargs = {k: v for k, v in opts.items() if k != "grad_scaler"}
