@@ -9,6 +9,8 @@
 - next_step: restart without the blamed nodes, requeue after the time limit, or
   end the chain, within `max_restarts` / `max_time_requeues`.
 """
+from cluster_kit.hostlist import NodeSet
+
 from .record import FAILURES, REQUEUES, count, excluded_nodes
 
 STARTUP_S = 600.0
@@ -109,11 +111,12 @@ def next_step(record, ended, culprit, resilience, exit_code, partition=(), neede
     used, allowed = count(record, FAILURES), int(resilience["max_restarts"])
     if used > allowed:
         return _finish(1, f"{_words(ended)}, and max_restarts ({allowed}) are used up")
-    blamed = [h for h in (culprit or {}).get("hosts", []) if h not in excluded]
+    blamed = NodeSet.of((culprit or {}).get("hosts", [])) - NodeSet.of(excluded)
     back = []
     if resilience.get("exclude", "blamed") == "blamed":
-        excluded = excluded + blamed
-        while partition and excluded and len([n for n in partition if n not in excluded]) < needed:
+        excluded = excluded + list(blamed)
+        pool = NodeSet.of(partition)
+        while pool and excluded and len(pool - NodeSet.of(excluded)) < needed:
             back.append(excluded.pop(0))
     without = " without {}".format(",".join(excluded)) if excluded else ""
     if back:

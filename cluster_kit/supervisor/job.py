@@ -16,6 +16,7 @@ import time
 
 from cluster_kit.analysis import culprit as culprits
 from cluster_kit.analysis import rank_files
+from cluster_kit.hostlist import NodeSet
 from cluster_kit.slurm import outcome
 from cluster_kit.supervisor import decide, record
 
@@ -86,8 +87,8 @@ def show_job(job_id):
 
 def hostnames(nodelist):
     try:
-        return slurm(["scontrol", "show", "hostnames", nodelist]).split()
-    except RuntimeError:
+        return list(NodeSet(nodelist))
+    except ValueError:
         return []
 
 
@@ -119,7 +120,7 @@ def submit_next(folder, job_id, chain_id, exclude, script):
     argv = ["sbatch", "--parsable", f"--dependency=afterany:{job_id}", "--kill-on-invalid-dep=yes",
             "--open-mode=append"]
     if exclude:
-        argv.append("--exclude={}".format(",".join(exclude)))
+        argv.append(f"--exclude={NodeSet.of(exclude)}")
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")) or k == "SLURM_CONF"}
     env.update(CLUSTERKIT_CHAIN_ID=chain_id, CLUSTERKIT_RECORD_DIR=folder)

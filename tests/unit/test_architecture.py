@@ -37,8 +37,9 @@ STDLIB_ONLY = {
     "slurm.outcome": (),
     "supervisor": (),
     "supervisor.record": (),
-    "supervisor.decide": ("cluster_kit.supervisor.record",),
-    "supervisor.job": ("cluster_kit.analysis", "cluster_kit.analysis.culprit", "cluster_kit.analysis.rank_files",
+    "supervisor.decide": ("cluster_kit.hostlist", "cluster_kit.supervisor.record"),
+    "hostlist": (),
+    "supervisor.job": ("cluster_kit.hostlist", "cluster_kit.analysis", "cluster_kit.analysis.culprit", "cluster_kit.analysis.rank_files",
                        "cluster_kit.slurm", "cluster_kit.slurm.outcome", "cluster_kit.supervisor",
                        "cluster_kit.supervisor.decide", "cluster_kit.supervisor.record"),
 }
