@@ -134,9 +134,9 @@ def parse_header(text: str) -> tuple[dict[str, str], str]:
 def parse_stack(text: str) -> StackDump:
     """A ``.stack`` file (or any faulthandler output) into threads and frames."""
     header, body = parse_header(text)
-    threads: list = []
-    opened: re.Match | None = None
-    lines: list = []
+    threads: list[ThreadStack] = []
+    opened: re.Match[str] | None = None
+    lines: list[str] = []
     for line in body.splitlines():
         match = THREAD_LINE.match(line)
         if match:
@@ -148,12 +148,12 @@ def parse_stack(text: str) -> StackDump:
     return StackDump(header, tuple(threads), text)
 
 
-def _close_thread(threads: list, opened: re.Match | None, lines: list) -> None:
+def _close_thread(threads: list[ThreadStack], opened: re.Match[str] | None, lines: list[str]) -> None:
     if opened is not None:
         threads.append(ThreadStack(opened.group(2), opened.group(1) == "Current thread", _frames(lines)))
 
 
-def _frames(lines: list) -> tuple[Frame, ...]:
+def _frames(lines: list[str]) -> tuple[Frame, ...]:
     found = (FRAME_LINE.match(line) for line in lines)
     return tuple(Frame(m.group("path"), int(m.group("line")), m.group("function")) for m in found if m)
 

@@ -30,7 +30,7 @@ def analyse_ranks(traces: list[Trace], done: Mapping[str, RankResult] | None = N
 
 def job_step_ms(ranks: list[dict[str, Any]]) -> float:
     """The job's step time: the slowest rank's median (every rank waits for it)."""
-    return max(r["step_ms"]["median"] for r in ranks)
+    return float(max(r["step_ms"]["median"] for r in ranks))
 
 
 def nearest_sweep_row(rows: list[dict[str, Any]], nbytes: int) -> dict[str, Any] | None:

@@ -7,12 +7,15 @@ printed on every allocated node. Nothing needs to be installed on the nodes.
 
 `main` runs on the node: stdlib only at import time.
 """
+from __future__ import annotations
+
 import base64
 import io
 import json
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 MAIN = """import json, sys
 from cluster_kit.checks.injob import main
@@ -20,14 +23,14 @@ sys.exit(main(json.loads({profile!r}), sys.argv[1:]))
 """
 
 
-def _package_files(package: str) -> list:
+def _package_files(package: str) -> list[tuple[str, Path]]:
     """(archive name, path) of every .py file of an importable package."""
     module = __import__(package)
     root = Path(str(module.__file__)).parent
     return [(f"{package}/{p.relative_to(root).as_posix()}", p) for p in sorted(root.rglob("*.py"))]
 
 
-def build_bundle(profile: dict) -> bytes:
+def build_bundle(profile: dict[str, Any]) -> bytes:
     """The zip app (bytes) that evaluates the profile's checks on probe facts."""
     checks = Path(__file__).parent  # this module is one of the checks package
     files = [("cluster_kit/__init__.py", checks.parent / "__init__.py")]
@@ -41,14 +44,14 @@ def build_bundle(profile: dict) -> bytes:
     return buf.getvalue()
 
 
-def checks_source(profile: dict) -> str:
+def checks_source(profile: dict[str, Any]) -> str:
     """The bundle as base64 text in 76-column lines, for a quoted heredoc."""
     return base64.encodebytes(build_bundle(profile)).decode("ascii")
 
 
-def read_facts(text: str) -> dict:
+def read_facts(text: str) -> dict[str, dict[str, Any]]:
     """{slurm node name: facts} from the probe's JSON lines (other lines ignored)."""
-    facts = {}
+    facts: dict[str, dict[str, Any]] = {}
     for line in text.splitlines():
         line = line.strip()
         if not line.startswith("{"):
@@ -61,7 +64,8 @@ def read_facts(text: str) -> dict:
     return facts
 
 
-def verdicts(facts: dict, nodes: list, profile: dict) -> list:
+def verdicts(facts: dict[str, dict[str, Any]], nodes: list[str],
+             profile: dict[str, Any]) -> list[tuple[str, str, list[str]]]:
     """(node, status, problem lines) per expected node; a silent node fails."""
     from cluster_kit.checks import evaluate, node_status
     from cluster_kit.checks.findings import with_fix
@@ -78,7 +82,7 @@ def verdicts(facts: dict, nodes: list, profile: dict) -> list:
     return out
 
 
-def main(profile: dict, argv: list) -> int:
+def main(profile: dict[str, Any], argv: list[str]) -> int:
     """`checks.pyz FACTS_FILE NODE...`: print a line per node, exit 1 on any failure."""
     facts = read_facts(Path(argv[0]).read_text())
     failed = 0

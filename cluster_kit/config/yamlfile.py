@@ -66,7 +66,7 @@ class _Loader(yaml.SafeLoader):
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         """Compose one node, refusing recursion, nesting and expansion over the limits."""
-        event = self.peek_event()
+        event = self.peek_event()  # type: ignore[no-untyped-call]  # untyped in types-PyYAML
         if isinstance(event, yaml.AliasEvent):
             self._check_alias(event)
             self._count(self._anchor_sizes.get(event.anchor or "", 1), event)

@@ -18,7 +18,7 @@ from cluster_kit.ssh.settings import unresolved_fix
 
 NO_PYTHON_EXIT = 127
 
-FanOut = Callable[..., list]
+FanOut = Callable[..., list[Any]]
 
 
 def probe_source() -> str:
@@ -50,7 +50,7 @@ def parse_probe_output(stdout: str) -> dict[str, Any]:
     raise ValueError("the probe printed no JSON")
 
 
-def node_findings(result: Any, profile: dict[str, Any], deep: bool) -> tuple[str, list[Finding], dict | None]:
+def node_findings(result: Any, profile: dict[str, Any], deep: bool) -> tuple[str, list[Finding], dict[str, Any] | None]:
     """Status, findings and facts of one node from its SSH result."""
     if not result.ok and result.exit_status is None:
         error = result.error or "no answer"
@@ -88,7 +88,7 @@ AUTH_FIX = "check ssh.user and ssh.identity_file (or ssh-agent) in the profile"
 REACH_FIX = "check that the node is up and sshd answers (ssh.connect_timeout, ssh.proxy_jump)"
 
 
-def node_entry(result: Any, profile: dict[str, Any], deep: bool) -> tuple[dict[str, Any], dict | None]:
+def node_entry(result: Any, profile: dict[str, Any], deep: bool) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """One entry of the report's `nodes` list (SPEC shape) and the node's facts."""
     status, findings, facts = node_findings(result, profile, deep)
     entry = {"node": result.host, "status": status, "elapsed_s": round(result.elapsed_s, 2),
@@ -105,7 +105,8 @@ def summarise(entries: Sequence[dict[str, Any]]) -> dict[str, int]:
 
 
 def run_preflight(hosts: Sequence[str], profile: dict[str, Any], fan_out: FanOut, *,
-                  deep: bool = False, on_result: Callable | None = None) -> tuple[dict, dict]:
+                  deep: bool = False, on_result: Callable[..., object] | None = None,
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Probe `hosts` through `fan_out` and evaluate them.
 
     Returns the SPEC's preflight report and a {node: facts} map (facts of the

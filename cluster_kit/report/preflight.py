@@ -10,17 +10,19 @@ from cluster_kit.checks.findings import SEVERITY, STATUS_ORDER, with_fix
 from cluster_kit.hostlist import fold
 from cluster_kit.text import format_table, nodes_by
 
+Problems = tuple[tuple[str, str, str, str], ...]
 
-def _problem_key(entry: dict[str, Any]) -> tuple:
+
+def _problem_key(entry: dict[str, Any]) -> tuple[str, Problems]:
     problems = tuple((c["id"], c["status"], c["message"], c.get("fix") or "")
                      for c in entry["checks"] if c["status"] != "pass")
     return (entry["status"], problems)
 
 
-def group_outcomes(entries: Sequence[dict[str, Any]]) -> list[tuple[str, str, tuple, int]]:
+def group_outcomes(entries: Sequence[dict[str, Any]]) -> list[tuple[str, str, Problems, int]]:
     """(status, folded nodes, problems, checks passed) per group of identical outcome."""
     groups = nodes_by((_problem_key(entry), entry["node"]) for entry in entries)
-    passed: dict[tuple, int] = {}
+    passed: dict[tuple[str, Problems], int] = {}
     for entry in entries:
         passed.setdefault(_problem_key(entry), sum(c["status"] == "pass" for c in entry["checks"]))
     ordered = sorted(groups, key=lambda k: (SEVERITY[k[0]], groups[k][0]))
