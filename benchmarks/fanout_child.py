@@ -47,9 +47,8 @@ def workers_rss_mb(workers: int) -> float:
 def main(argv: list[str]) -> None:
     client = {"entered": time.monotonic()}
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from cluster_kit.ssh import SshSettings, fan_out, set_timeline_recorder
     from cluster_kit.ssh import fanout as ssh_fanout
-    from cluster_kit.ssh.fanout import fan_out, set_timeline_recorder
-    from cluster_kit.ssh.settings import SshSettings
 
     if os.environ.get(PROCESSES_ENV):
         ssh_fanout.fanout_processes = int(os.environ[PROCESSES_ENV])

@@ -115,17 +115,16 @@ class App:
         """
         import dataclasses
 
-        from cluster_kit.ssh import fanout
-        from cluster_kit.ssh import settings as ssh_settings
+        from cluster_kit import ssh
 
-        settings = ssh_settings.SshSettings.from_profile(profile_data.get("ssh") or {})
+        settings = ssh.SshSettings.from_profile(profile_data.get("ssh") or {})
         if deep and settings.command_timeout < DEEP_COMMAND_TIMEOUT_S:
             settings = dataclasses.replace(settings, command_timeout=DEEP_COMMAND_TIMEOUT_S)
 
         def run(hosts: list[str], command: str, stdin: bytes | None = None, on_result: Any = None) -> list:
             if self.verbose:
                 self.log(f"ssh to {len(hosts)} node(s) {describe_ssh(hosts, settings)}: {command}")
-            return fanout.fan_out(hosts, command, settings, stdin=stdin, on_result=on_result)
+            return ssh.fan_out(hosts, command, settings, stdin=stdin, on_result=on_result)
 
         return run
 

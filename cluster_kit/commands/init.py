@@ -39,7 +39,7 @@ def probe_nodes(nodes: list[str], fan_out: Any) -> tuple[dict[str, Any], list[tu
 def init_fix(fix: str) -> str:
     """A fix worded for a profile's users, said for `init`, which has no profile yet."""
     from cluster_kit.fleet.preflight import AUTH_FIX, REACH_FIX
-    from cluster_kit.ssh.known_hosts import ACCEPT_NEW_IN_PROFILE
+    from cluster_kit.ssh import ACCEPT_NEW_IN_PROFILE
 
     said_for_init = {
         ACCEPT_NEW_IN_PROFILE: ("rerun init with --accept-new (it records a new host's key on first use; "
@@ -114,7 +114,7 @@ def init(app: App, host: str, nodes_expr: str | None, ssh_config: str | None, ou
         render_profile,
         ssh_section,
     )
-    from cluster_kit.ssh import fanout, settings
+    from cluster_kit.ssh import SshSettings, resolve
 
     if output and os.path.exists(output) and not force:
         raise InputError(f"-o {output}: the file exists; nothing was written",
@@ -130,7 +130,7 @@ def init(app: App, host: str, nodes_expr: str | None, ssh_config: str | None, ou
     if host not in facts:
         raise CheckFailed(f"{host} could not be probed, so there is nothing to learn from; nothing was written",
                           fix=failed[0][2] if failed else None)
-    endpoint, options = fanout.resolve(host, settings.SshSettings.from_profile(ssh))
+    endpoint, options = resolve(host, SshSettings.from_profile(ssh))
     derived = derive(facts, ssh_section(endpoint, options, config_file, host),
                      profile_name(Path(output).stem if output else host))
     command = shlex.join(["clusterkit", "init", "--from-node", host]

@@ -14,7 +14,7 @@ from typing import Any
 
 from cluster_kit.checks import Finding, evaluate, node_status
 from cluster_kit.checks.findings import STATUS_ORDER
-from cluster_kit.ssh.settings import unresolved_fix
+from cluster_kit.ssh import unresolved_fix
 
 NO_PYTHON_EXIT = 127
 

@@ -150,15 +150,14 @@ class LoginRunner:
 
     def _connected(self, program: str) -> Any:
         """The session to the login host, (re)opened when there is none alive."""
-        from cluster_kit import errors
-        from cluster_kit.ssh import session
+        from cluster_kit import errors, ssh
 
         if self._session is not None and not self._session.active:
             self.close()
         if self._session is None:
             opened = contextlib.ExitStack()
             try:
-                self._session = opened.enter_context(session.open_client(self.host, self._ssh_settings()))
+                self._session = opened.enter_context(ssh.open_client(self.host, self._ssh_settings()))
             except errors.SshConnectError as exc:
                 raise self._refusal(program, exc.reason, exc.known_fix) from None
             self._opened = opened
@@ -170,7 +169,7 @@ class LoginRunner:
 
     def _ssh_settings(self) -> Any:
         if self.settings is None:
-            from cluster_kit.ssh.settings import SshSettings
+            from cluster_kit.ssh import SshSettings
 
             self.settings = SshSettings.from_profile(self.login)
         return self.settings

@@ -11,7 +11,7 @@ from cluster_kit.ssh.filecache import FileCache
 from cluster_kit.ssh.known_hosts import (
     describe_key,
 )
-from cluster_kit.ssh.results import _HostError, _one_line, _short
+from cluster_kit.ssh.results import HostError, one_line, short_path
 from cluster_kit.ssh.settings import (
     Endpoint,
 )
@@ -20,24 +20,24 @@ from cluster_kit.ssh.settings import (
 def _read_key(path: str) -> tuple[paramiko.PKey | None, str]:
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the read
-            return None, f"{_short(path)} is not a regular file: point identity_file at the key file"
+            return None, f"{short_path(path)} is not a regular file: point identity_file at the key file"
         return paramiko.PKey.from_path(path), ""
     except (paramiko.PasswordRequiredException, TypeError):
-        return None, (f"{_short(path)} needs a passphrase: load it into ssh-agent "
-                      f"(`ssh-add {_short(path)}`)")
+        return None, (f"{short_path(path)} needs a passphrase: load it into ssh-agent "
+                      f"(`ssh-add {short_path(path)}`)")
     except (paramiko.SSHException, ValueError, OSError) as exc:
-        return None, f"{_short(path)} is not a usable private key ({_one_line(exc)})"
+        return None, f"{short_path(path)} is not a usable private key ({one_line(exc)})"
 
 
 def _missing_key(path: str) -> tuple[paramiko.PKey | None, str]:
-    return None, f"{_short(path)} not found"
+    return None, f"{short_path(path)} not found"
 
 
 # (key, "") or (None, why not); each file is read once while unchanged
 _KEYS = FileCache(_read_key, _missing_key)
 
 
-def _authenticate(transport: paramiko.Transport, endpoint: Endpoint, deadline: float) -> None:
+def authenticate(transport: paramiko.Transport, endpoint: Endpoint, deadline: float) -> None:
     """Public-key auth with each identity file, then each agent key, until one works."""
     tried: list[str] = []
     notes: list[str] = []
@@ -47,12 +47,12 @@ def _authenticate(transport: paramiko.Transport, endpoint: Endpoint, deadline: f
             if not (endpoint.default_identities and problem.endswith("not found")):
                 notes.append(problem)
             continue
-        if _try_key(transport, endpoint, key, _short(path), tried, deadline):
+        if _try_key(transport, endpoint, key, short_path(path), tried, deadline):
             return
     use_agent = not endpoint.identities_only and os.environ.get("SSH_AUTH_SOCK")
     if use_agent and _try_agent(transport, endpoint, tried, deadline):
         return
-    raise _HostError(_auth_failure(endpoint.user, tried, notes, transport.is_active()))
+    raise HostError(_auth_failure(endpoint.user, tried, notes, transport.is_active()))
 
 
 def _try_agent(transport: paramiko.Transport, endpoint: Endpoint, tried: list[str],
@@ -78,16 +78,16 @@ def _try_key(transport: paramiko.Transport, endpoint: Endpoint, key: paramiko.PK
     try:
         remaining_methods = transport.auth_publickey(endpoint.user, key)
     except paramiko.BadAuthenticationType as exc:
-        raise _HostError(f"authentication failed for user {endpoint.user}: the server does not "
+        raise HostError(f"authentication failed for user {endpoint.user}: the server does not "
                          f"accept keys (it allows: {', '.join(exc.allowed_types)})") from None
     except paramiko.AuthenticationException as exc:
         if "timeout" in str(exc).lower():
-            raise _HostError(f"no answer within {endpoint.connect_timeout:g}s "
+            raise HostError(f"no answer within {endpoint.connect_timeout:g}s "
                              f"during authentication ({endpoint.address})") from None
         tried.append(label)
         return False
     if remaining_methods and not transport.is_authenticated():
-        raise _HostError(f"authentication failed for user {endpoint.user}: the server also wants "
+        raise HostError(f"authentication failed for user {endpoint.user}: the server also wants "
                          f"{', '.join(remaining_methods)}, and clusterkit uses keys only")
     return True
 

@@ -1,7 +1,6 @@
-"""ssh_config files parsed once and indexed by Host pattern; the shared state of one run."""
+"""ssh_config files parsed once and indexed by Host pattern."""
 from __future__ import annotations
 
-import getpass
 import os
 
 import paramiko  # after ssh/deferred.py (ssh/__init__.py)
@@ -9,13 +8,6 @@ import paramiko  # after ssh/deferred.py (ssh/__init__.py)
 from cluster_kit.config.textfile import read_text_file
 from cluster_kit.errors import InputError
 from cluster_kit.ssh.filecache import FileCache
-from cluster_kit.ssh.jumps import _JumpPool
-from cluster_kit.ssh.settings import (
-    Endpoint,
-    Hop,
-    SshSettings,
-    resolve_endpoint,
-)
 
 
 class _LeanSSHConfig(paramiko.SSHConfig):
@@ -100,31 +92,6 @@ def _empty_ssh_config() -> _IndexedConfig:
 _SSH_CONFIGS = FileCache(_parse_ssh_config, lambda _path: _empty_ssh_config())
 
 
-def _load_ssh_config(path: str | None) -> _IndexedConfig:
+def load_ssh_config(path: str | None) -> _IndexedConfig:
     """The parsed ssh_config (empty if absent), parsed once while unchanged."""
     return _SSH_CONFIGS.get(os.path.expanduser(path)) if path else _empty_ssh_config()
-
-
-def _local_user() -> str:
-    """The user ssh would log in as by default."""
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no passwd entry, e.g. in some containers
-        return str(os.getuid()) if hasattr(os, "getuid") else "user"
-
-
-class _Context:
-    """What every host of one call shares: settings, parsed ssh_config, jump hosts."""
-
-    def __init__(self, settings: SshSettings) -> None:
-        self.settings = settings
-        self.ssh_config = _load_ssh_config(settings.config_file)
-        self.local_user = _local_user()
-        self.jumps = _JumpPool(self)
-
-    def endpoint(self, name: str, hop: Hop | None = None) -> Endpoint:
-        options = self.ssh_config.lookup(name)
-        return resolve_endpoint(name, options, self.settings, self.local_user, hop)
-
-    def close(self) -> None:
-        self.jumps.close()

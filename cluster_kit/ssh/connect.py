@@ -11,22 +11,21 @@ from typing import TYPE_CHECKING, cast
 import paramiko  # after ssh/deferred.py (ssh/__init__.py)
 from paramiko.ssh_exception import IncompatiblePeer
 
-from cluster_kit.ssh.auth import _authenticate
+from cluster_kit.ssh.auth import authenticate
 from cluster_kit.ssh.known_hosts import (
     KnownHosts,
     describe_key,
     problem_fix,
     problem_message,
 )
-from cluster_kit.ssh.results import _HostError, _one_line
+from cluster_kit.ssh.results import HostError, one_line
 from cluster_kit.ssh.settings import (
     Endpoint,
     unresolved_fix,
 )
 
 if TYPE_CHECKING:
-    from cluster_kit.ssh.config_index import _Context
-    from cluster_kit.ssh.fanout import _Attempt
+    from cluster_kit.ssh.deadlines import Attempt
 
 
 # paramiko logs every failed handshake at ERROR; without a handler, Python would
@@ -52,9 +51,10 @@ def cipher_preference(available: Sequence[str]) -> tuple[str, ...]:
 # Connecting: TCP (or a jump host's channel), handshake, host key, auth
 
 
-def _connect(ctx: _Context, endpoint: Endpoint, attempt: _Attempt,
-             via: paramiko.Transport | None) -> paramiko.Transport:
-    """An authenticated transport to `endpoint`, held by `attempt`."""
+def connect_endpoint(endpoint: Endpoint, attempt: Attempt, via: paramiko.Transport | None,
+                     host_key_policy: str) -> paramiko.Transport:
+    """An authenticated transport to `endpoint` (through `via`, a jump host's transport,
+    when given), held by `attempt`; `host_key_policy` is the settings' (strict, accept-new)."""
     connect_deadline = time.monotonic() + endpoint.connect_timeout
     attempt.phase = f"connecting to {endpoint.address}"
     sock: socket.socket | _ChannelSocket
@@ -67,10 +67,10 @@ def _connect(ctx: _Context, endpoint: Endpoint, attempt: _Attempt,
     known = KnownHosts(endpoint.user_known_hosts, endpoint.global_known_hosts)
     transport = _handshake(sock, endpoint, known, connect_deadline, attempt)
     try:
-        _verify_host_key(transport, endpoint, known, ctx.settings.host_key_policy)
+        _verify_host_key(transport, endpoint, known, host_key_policy)
         attempt.mark("kex")
         attempt.phase = f"authenticating as {endpoint.user}"
-        _authenticate(transport, endpoint, time.monotonic() + endpoint.connect_timeout)
+        authenticate(transport, endpoint, time.monotonic() + endpoint.connect_timeout)
         attempt.mark("auth")
     except BaseException:
         transport.close()
@@ -83,7 +83,7 @@ def _open_socket(endpoint: Endpoint, deadline: float) -> socket.socket:
     try:
         addresses = socket.getaddrinfo(endpoint.hostname, endpoint.port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
-        raise _HostError(f"hostname does not resolve ({endpoint.hostname}: {exc.strerror})",
+        raise HostError(f"hostname does not resolve ({endpoint.hostname}: {exc.strerror})",
                          fix=unresolved_fix(endpoint.hostname)) from None
     failure: OSError | None = None
     for family, kind, proto, _, address in addresses:
@@ -97,7 +97,7 @@ def _open_socket(endpoint: Endpoint, deadline: float) -> socket.socket:
             continue
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock
-    raise _HostError(_socket_failure(failure, endpoint))
+    raise HostError(_socket_failure(failure, endpoint))
 
 
 def _socket_failure(exc: OSError | None, endpoint: Endpoint) -> str:
@@ -184,12 +184,12 @@ def _open_forwarded(via: paramiko.Transport, endpoint: Endpoint, deadline: float
         reason = via.open_failure_reason() if isinstance(via, _Transport) else ""
         message = _forward_failure(exc.code, reason or exc.text, endpoint)
         fix = unresolved_fix(endpoint.hostname, "the jump host") if "does not resolve" in message else None
-        raise _HostError(message, fix=fix) from None
+        raise HostError(message, fix=fix) from None
     except (paramiko.SSHException, EOFError, OSError) as exc:
         if "Timeout" in str(exc):
-            raise _HostError(f"timed out connecting ({endpoint.address} via the jump host, "
+            raise HostError(f"timed out connecting ({endpoint.address} via the jump host, "
                              f"{endpoint.connect_timeout:g}s)") from None
-        raise _HostError(f"jump host connection lost: {_one_line(exc)}") from None
+        raise HostError(f"jump host connection lost: {one_line(exc)}") from None
 
 
 def _forward_failure(code: int, text: str, endpoint: Endpoint) -> str:
@@ -208,7 +208,7 @@ def _forward_failure(code: int, text: str, endpoint: Endpoint) -> str:
 
 
 def _handshake(sock: socket.socket | _ChannelSocket, endpoint: Endpoint, known: KnownHosts, deadline: float,
-               attempt: _Attempt) -> paramiko.Transport:
+               attempt: Attempt) -> paramiko.Transport:
     """SSH banner and key exchange, finished by `deadline` or an error."""
     attempt.phase = f"waiting for the SSH handshake of {endpoint.address}"
     transport = _Transport(sock)
@@ -223,12 +223,12 @@ def _handshake(sock: socket.socket | _ChannelSocket, endpoint: Endpoint, known: 
     transport.start_client(event=done)
     if not done.wait(remaining):
         transport.close()
-        raise _HostError(f"no answer within {endpoint.connect_timeout:g}s "
+        raise HostError(f"no answer within {endpoint.connect_timeout:g}s "
                          f"({endpoint.address} accepted TCP but sent no SSH handshake)")
     if not transport.is_active():
         failure = transport.get_exception()
         transport.close()
-        raise _HostError(_handshake_failure(failure, endpoint))
+        raise HostError(_handshake_failure(failure, endpoint))
     return transport
 
 
@@ -246,7 +246,7 @@ def _prefer_known_key_types(transport: paramiko.Transport, known_types: list[str
 
 def _handshake_failure(exc: BaseException | None, endpoint: Endpoint) -> str:
     """One line for a failed banner/key exchange."""
-    text = _one_line(exc) if exc is not None else "no reason given"
+    text = one_line(exc) if exc is not None else "no reason given"
     if isinstance(exc, (EOFError, ConnectionResetError)) or "banner" in text.lower():
         return (f"connection closed by {endpoint.address} before the SSH handshake finished "
                 f"(sshd MaxStartups, TCP wrappers or not an SSH server?)")
@@ -268,5 +268,5 @@ def _verify_host_key(transport: paramiko.Transport, endpoint: Endpoint, known: K
             return  # now recorded
     if verdict.status != "match":
         offered = describe_key(key_type, blob)
-        raise _HostError(problem_message(verdict, name, offered, known, endpoint.hostname, endpoint.port),
+        raise HostError(problem_message(verdict, name, offered, known, endpoint.hostname, endpoint.port),
                          fix=problem_fix(verdict, name, known, endpoint.hostname, endpoint.port))

@@ -15,6 +15,7 @@ from cluster_kit.ssh.settings import (
     Endpoint,
     SshSettings,
 )
+from cluster_kit.ssh.timeline import timeline_recorder
 
 GRACE_S = 2.0
 
@@ -29,10 +30,68 @@ def _close_quietly(resource: object) -> None:
         resource.close()  # type: ignore[attr-defined]
 
 
-def _budget(endpoint: Endpoint, settings: SshSettings) -> float:
+def host_budget(endpoint: Endpoint, settings: SshSettings) -> float:
     """Overall per-host deadline: connect + auth per hop, then the command."""
     hops = 1 + len(endpoint.proxy_jump)
     return 2 * endpoint.connect_timeout * hops + settings.command_timeout + GRACE_S
+
+
+class Attempt:
+    """One host's try: the phase it is in, its overall deadline, and what to
+    close when that deadline passes (closing unblocks any paramiko wait)."""
+
+    def __init__(self, budget: float) -> None:
+        self.started = time.monotonic()
+        self.budget = budget
+        self.phase = "resolving the host"
+        self.aborted = False
+        self._held: list[object] = []
+        self._lock = threading.Lock()
+        self._alarm: Alarm | None = None
+        self.marks: list[tuple[str, float]] | None = [] if timeline_recorder() is not None else None
+
+    def mark(self, step: str) -> None:
+        """Note that this attempt reached `step` (a TIMELINE_STEPS name), if recording."""
+        if self.marks is not None:
+            self.marks.append((step, time.monotonic()))
+
+    @property
+    def deadline(self) -> float:
+        return self.started + self.budget
+
+    def remaining(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def arm(self, budget: float) -> None:
+        """Start the watchdog that aborts this attempt after `budget` seconds."""
+        self.budget = budget
+        self.disarm()
+        self._alarm = WATCHDOG.call_at(self.deadline, self.abort)
+
+    def disarm(self) -> None:
+        if self._alarm is not None:
+            self._alarm.cancel()
+
+    def hold(self, resource: object) -> None:
+        with self._lock:
+            self._held.append(resource)
+        if self.aborted:
+            _close_quietly(resource)
+
+    def release(self, resource: object) -> None:
+        with self._lock:
+            if resource in self._held:
+                self._held.remove(resource)
+
+    def abort(self) -> None:
+        with self._lock:
+            self.aborted = True
+            held = list(self._held)
+        for resource in held:
+            _close_quietly(resource)
+
+    def overrun_message(self) -> str:
+        return f"no answer within {self.budget:g}s (overall deadline, while {self.phase})"
 
 
 class Alarm:

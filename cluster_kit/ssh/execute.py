@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 import paramiko  # after ssh/deferred.py (ssh/__init__.py)
 from paramiko.common import cMSG_CHANNEL_REQUEST
 
-from cluster_kit.ssh.results import _CommandTimeout
+from cluster_kit.ssh.results import CommandTimeout
 
 if TYPE_CHECKING:
-    from cluster_kit.ssh.fanout import _Attempt
+    from cluster_kit.ssh.deadlines import Attempt
 
 
 READ_CHUNK = 65536
@@ -23,9 +23,9 @@ READ_CHUNK = 65536
 # Running a command
 
 
-def _execute(transport: paramiko.Transport, command: str, stdin: bytes | None,
-             timeout: float, attempt: _Attempt) -> tuple[int, bytes, bytes]:
-    """(exit status, stdout, stderr) of `command`; _CommandTimeout after `timeout` s."""
+def execute(transport: paramiko.Transport, command: str, stdin: bytes | None,
+             timeout: float, attempt: Attempt) -> tuple[int, bytes, bytes]:
+    """(exit status, stdout, stderr) of `command`; CommandTimeout after `timeout` s."""
     deadline = time.monotonic() + timeout
     channel = transport.open_session(timeout=max(0.05, timeout))
     attempt.hold(channel)  # exec_command's reply has no timeout of its own
@@ -36,10 +36,10 @@ def _execute(transport: paramiko.Transport, command: str, stdin: bytes | None,
         attempt.mark("sent")
         out, err = _collect(channel, deadline, timeout, attempt)
         if not channel.status_event.wait(max(0.0, deadline - time.monotonic())):
-            raise _CommandTimeout(timeout, out, err)
+            raise CommandTimeout(timeout, out, err)
         attempt.mark("done")
         return channel.exit_status, out, err
-    except _CommandTimeout:
+    except CommandTimeout:
         _ask_to_stop(channel)
         raise
     finally:
@@ -68,13 +68,13 @@ def _send_stdin(channel: paramiko.Channel, data: bytes, deadline: float, timeout
             channel.sendall(data)
         except OSError as exc:
             if isinstance(exc, (socket.timeout, TimeoutError)):  # distinct before Python 3.10
-                raise _CommandTimeout(timeout, b"", b"") from None
+                raise CommandTimeout(timeout, b"", b"") from None
             return  # the command exited without reading it all, as `true` would
     channel.shutdown_write()
 
 
 def _collect(channel: paramiko.Channel, deadline: float, timeout: float,
-             attempt: _Attempt | None = None) -> tuple[bytes, bytes]:
+             attempt: Attempt | None = None) -> tuple[bytes, bytes]:
     """Read stdout and stderr as they come until EOF; never blocks past `deadline`."""
     out, err = bytearray(), bytearray()
     wakeup = channel.fileno()  # readable whenever either stream has data or closes
@@ -92,5 +92,5 @@ def _collect(channel: paramiko.Channel, deadline: float, timeout: float,
             return bytes(out), bytes(err)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise _CommandTimeout(timeout, bytes(out), bytes(err))
+            raise CommandTimeout(timeout, bytes(out), bytes(err))
         select.select([wakeup], [], [], min(remaining, 1.0))

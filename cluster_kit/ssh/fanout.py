@@ -20,116 +20,37 @@ from typing import NoReturn, cast
 
 import paramiko  # after ssh/deferred.py (ssh/__init__.py)
 
-from cluster_kit.ssh.config_index import _Context, _load_ssh_config
-from cluster_kit.ssh.deadlines import GRACE_S, WATCHDOG, Alarm, _close_quietly
+from cluster_kit.ssh.config_index import load_ssh_config
+from cluster_kit.ssh.context import Context
+from cluster_kit.ssh.deadlines import GRACE_S, Attempt
 from cluster_kit.ssh.execute import READ_CHUNK
 from cluster_kit.ssh.hosts import (
-    _connect_host,
-    _failure_fix,
-    _failure_message,
-    _result,
-    _run_on,
+    connect_host,
+    failure_fix,
+    failure_message,
+    host_result,
+    run_on,
 )
 from cluster_kit.ssh.results import HostResult
 from cluster_kit.ssh.settings import (
     Endpoint,
     SshSettings,
 )
-
-# Per-connection timeline (benchmarks/fanout.py): None, the default, records nothing.
-# Otherwise called once per host as it finishes, from its worker thread, with the host,
-# the monotonic time its attempt started and the (step, monotonic time) marks of
-# TIMELINE_STEPS it reached, in order.
-TimelineRecorder = Callable[[str, float, list[tuple[str, float]]], None]
-
-
-TIMELINE_STEPS = ("tcp", "kex", "auth", "channel", "sent", "first_byte", "done", "closed")
-
-
-_timeline_recorder: TimelineRecorder | None = None
-
-
-def set_timeline_recorder(recorder: TimelineRecorder | None) -> None:
-    """Record every later host's timeline with `recorder` (None: stop recording)."""
-    global _timeline_recorder
-    _timeline_recorder = recorder
-
-
-# ----------------------------------------------------------------------------
-# Deadlines
-
-
-class _Attempt:
-    """One host's try: the phase it is in, its overall deadline, and what to
-    close when that deadline passes (closing unblocks any paramiko wait)."""
-
-    def __init__(self, budget: float) -> None:
-        self.started = time.monotonic()
-        self.budget = budget
-        self.phase = "resolving the host"
-        self.aborted = False
-        self._held: list[object] = []
-        self._lock = threading.Lock()
-        self._alarm: Alarm | None = None
-        self.marks: list[tuple[str, float]] | None = [] if _timeline_recorder is not None else None
-
-    def mark(self, step: str) -> None:
-        """Note that this attempt reached `step` (a TIMELINE_STEPS name), if recording."""
-        if self.marks is not None:
-            self.marks.append((step, time.monotonic()))
-
-    @property
-    def deadline(self) -> float:
-        return self.started + self.budget
-
-    def remaining(self) -> float:
-        return max(0.0, self.deadline - time.monotonic())
-
-    def arm(self, budget: float) -> None:
-        """Start the watchdog that aborts this attempt after `budget` seconds."""
-        self.budget = budget
-        self.disarm()
-        self._alarm = WATCHDOG.call_at(self.deadline, self.abort)
-
-    def disarm(self) -> None:
-        if self._alarm is not None:
-            self._alarm.cancel()
-
-    def hold(self, resource: object) -> None:
-        with self._lock:
-            self._held.append(resource)
-        if self.aborted:
-            _close_quietly(resource)
-
-    def release(self, resource: object) -> None:
-        with self._lock:
-            if resource in self._held:
-                self._held.remove(resource)
-
-    def abort(self) -> None:
-        with self._lock:
-            self.aborted = True
-            held = list(self._held)
-        for resource in held:
-            _close_quietly(resource)
-
-    def overrun_message(self) -> str:
-        return f"no answer within {self.budget:g}s (overall deadline, while {self.phase})"
-
+from cluster_kit.ssh.timeline import set_timeline_recorder, timeline_recorder
 
 # ----------------------------------------------------------------------------
 # One host, start to finish
 
 
-def _run_host(ctx: _Context, host: str, command: str, stdin: bytes | None,
-              attempt: _Attempt) -> HostResult:
+def _run_host(ctx: Context, host: str, command: str, stdin: bytes | None,
+              attempt: Attempt) -> HostResult:
     """Connect, run, disconnect; any failure becomes the result's error."""
     transport: paramiko.Transport | None = None
     try:
-        transport = _connect_host(ctx, host, attempt)
-        return _run_on(transport, host, command, stdin, ctx.settings.command_timeout, attempt)
+        transport = connect_host(ctx, host, attempt)
+        return run_on(transport, host, command, stdin, ctx.settings.command_timeout, attempt)
     except Exception as exc:  # noqa: BLE001 - a host's failure is data, not an exception
-        return _result(host, attempt, error=_failure_message(exc, attempt), fix=_failure_fix(exc, attempt))
+        return host_result(host, attempt, error=failure_message(exc, attempt), fix=failure_fix(exc, attempt))
     finally:
         attempt.disarm()
         if transport is not None:
@@ -139,8 +60,8 @@ def _run_host(ctx: _Context, host: str, command: str, stdin: bytes | None,
             _record_timeline(host, attempt)
 
 
-def _record_timeline(host: str, attempt: _Attempt) -> None:
-    recorder = _timeline_recorder
+def _record_timeline(host: str, attempt: Attempt) -> None:
+    recorder = timeline_recorder()
     if recorder is not None and attempt.marks is not None:
         recorder(host, attempt.started, list(attempt.marks))
 
@@ -157,7 +78,7 @@ def run(host: str, command: str, settings: SshSettings, stdin: bytes | None = No
 
 def resolve(host: str, settings: SshSettings) -> tuple[Endpoint, dict]:
     """How `fan_out` reaches `host` (ssh_config applied) and ssh_config's own options for it."""
-    ctx = _Context(settings)
+    ctx = Context(settings)
     try:
         return ctx.endpoint(host), dict(ctx.ssh_config.lookup(host))
     finally:
@@ -194,7 +115,7 @@ def fan_out(
 def _fan_out_threads(names: list[str], command: str, settings: SshSettings,
                      stdin: bytes | None) -> Iterator[tuple[int, HostResult]]:
     """(index, result) as each host finishes, from worker threads of this process."""
-    ctx = _Context(settings)
+    ctx = Context(settings)
     try:
         yield from _WorkerPool(ctx, names, command, stdin).results()
     finally:
@@ -282,7 +203,7 @@ class _Shard:
 def _fan_out_processes(names: list[str], command: str, settings: SshSettings,
                        stdin: bytes | None, processes: int) -> Iterator[tuple[int, HostResult]]:
     """(index, result) as each host finishes, from `processes` forked workers."""
-    _load_ssh_config(settings.config_file)  # an unreadable config raises here, once
+    load_ssh_config(settings.config_file)  # an unreadable config raises here, once
     shards: list[_Shard] = []
     try:
         for k, share in enumerate(split_fanout(settings.fanout, processes)):
@@ -318,7 +239,7 @@ def _shard_main(fd: int, names: list[str], indexes: list[int], command: str,
             with lock:
                 _write_all(fd, data)
 
-        if _timeline_recorder is not None:
+        if timeline_recorder() is not None:
             set_timeline_recorder(lambda host, start, marks: send(("timeline", host, start, marks)))
         for position, result in _fan_out_threads(names, command, settings, stdin):
             send(("result", indexes[position], result))
@@ -351,8 +272,8 @@ def _shard_results(names: list[str], shards: list[_Shard]) -> Iterator[tuple[int
                         index, result = rest
                         answered.add(index)
                         yield index, result
-                    elif kind == "timeline" and _timeline_recorder is not None:
-                        _timeline_recorder(*rest)
+                    elif kind == "timeline" and (recorder := timeline_recorder()) is not None:
+                        recorder(*rest)
                 if not data:
                     selector.unregister(shard.fd)
                     del open_fds[shard.fd]
@@ -394,7 +315,7 @@ class _WorkerPool:
     takes its place, and the process can still exit (daemon threads).
     """
 
-    def __init__(self, ctx: _Context, names: list[str], command: str,
+    def __init__(self, ctx: Context, names: list[str], command: str,
                  stdin: bytes | None) -> None:
         self._ctx = ctx
         self._names = names
@@ -402,7 +323,7 @@ class _WorkerPool:
         self._stdin = stdin
         self._todo: queue.SimpleQueue[int] = queue.SimpleQueue()
         self._done: queue.SimpleQueue[tuple[int, HostResult]] = queue.SimpleQueue()
-        self._running: dict[int, _Attempt] = {}
+        self._running: dict[int, Attempt] = {}
         self._lock = threading.Lock()
         self._default_budget = 2 * ctx.settings.connect_timeout + ctx.settings.command_timeout + GRACE_S
         for index in range(len(names)):
@@ -435,7 +356,7 @@ class _WorkerPool:
                 index = self._todo.get_nowait()
             except queue.Empty:
                 return
-            attempt = _Attempt(self._default_budget)
+            attempt = Attempt(self._default_budget)
             with self._lock:
                 self._running[index] = attempt
             result = _run_host(self._ctx, self._names[index], self._command, self._stdin, attempt)
@@ -453,6 +374,6 @@ class _WorkerPool:
                 del self._running[index]
         for index, attempt in stuck:
             attempt.abort()
-            self._done.put((index, _result(self._names[index], attempt,
+            self._done.put((index, host_result(self._names[index], attempt,
                                            error=attempt.overrun_message())))
             self._start_worker()

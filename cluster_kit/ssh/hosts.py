@@ -8,47 +8,47 @@ from typing import TYPE_CHECKING
 import paramiko  # after ssh/deferred.py (ssh/__init__.py)
 
 from cluster_kit.errors import InputError
-from cluster_kit.ssh.connect import _connect
-from cluster_kit.ssh.deadlines import _budget
-from cluster_kit.ssh.execute import _execute
-from cluster_kit.ssh.results import HostResult, _CommandTimeout, _HostError, _one_line
+from cluster_kit.ssh.connect import connect_endpoint
+from cluster_kit.ssh.deadlines import host_budget
+from cluster_kit.ssh.execute import execute
+from cluster_kit.ssh.results import CommandTimeout, HostError, HostResult, one_line
 
 if TYPE_CHECKING:
-    from cluster_kit.ssh.config_index import _Context
-    from cluster_kit.ssh.fanout import _Attempt
+    from cluster_kit.ssh.context import Context
+    from cluster_kit.ssh.deadlines import Attempt
 
 
-def _connect_host(ctx: _Context, host: str, attempt: _Attempt) -> paramiko.Transport:
+def connect_host(ctx: Context, host: str, attempt: Attempt) -> paramiko.Transport:
     """Resolve `host`, arm its deadline, and connect (through its jump hosts)."""
     endpoint = ctx.endpoint(host)
-    attempt.arm(_budget(endpoint, ctx.settings))
+    attempt.arm(host_budget(endpoint, ctx.settings))
     via = ctx.jumps.transport(endpoint.proxy_jump, attempt) if endpoint.proxy_jump else None
-    return _connect(ctx, endpoint, attempt, via)
+    return connect_endpoint(endpoint, attempt, via, ctx.settings.host_key_policy)
 
 
-def _run_on(transport: paramiko.Transport, host: str, command: str, stdin: bytes | None,
-            timeout: float, attempt: _Attempt) -> HostResult:
+def run_on(transport: paramiko.Transport, host: str, command: str, stdin: bytes | None,
+            timeout: float, attempt: Attempt) -> HostResult:
     """Run `command` on a connected transport; any failure becomes the result's error."""
     attempt.phase = "running the command"
     try:
-        status, out, err = _execute(transport, command, stdin, timeout, attempt)
-        return _result(host, attempt, status=status, out=out, err=err)
-    except _CommandTimeout as exc:
-        return _result(host, attempt, out=exc.out, err=exc.err, error=str(exc))
+        status, out, err = execute(transport, command, stdin, timeout, attempt)
+        return host_result(host, attempt, status=status, out=out, err=err)
+    except CommandTimeout as exc:
+        return host_result(host, attempt, out=exc.out, err=exc.err, error=str(exc))
     except Exception as exc:  # noqa: BLE001 - the connection died: an answer, not a crash
-        return _result(host, attempt, error=_failure_message(exc, attempt))
+        return host_result(host, attempt, error=failure_message(exc, attempt))
 
 
-def _failure_message(exc: BaseException, attempt: _Attempt) -> str:
+def failure_message(exc: BaseException, attempt: Attempt) -> str:
     """The error line: the deadline's if the watchdog cut in, else the exception's."""
     if attempt.aborted:
         return attempt.overrun_message()
-    if isinstance(exc, (_HostError, InputError)):
+    if isinstance(exc, (HostError, InputError)):
         return str(exc)
     return describe_error(exc)
 
 
-def _failure_fix(exc: BaseException, attempt: _Attempt) -> str | None:
+def failure_fix(exc: BaseException, attempt: Attempt) -> str | None:
     """The fix the failing step named, if it named one (not when the deadline cut in)."""
     return None if attempt.aborted else getattr(exc, "fix", None)
 
@@ -56,15 +56,15 @@ def _failure_fix(exc: BaseException, attempt: _Attempt) -> str | None:
 def describe_error(exc: BaseException) -> str:
     """One categorised line for an exception no step recognised."""
     if isinstance(exc, (socket.timeout, TimeoutError)):
-        return f"no answer (timed out: {_one_line(exc) or 'socket timeout'})"
+        return f"no answer (timed out: {one_line(exc) or 'socket timeout'})"
     if isinstance(exc, (EOFError, ConnectionResetError, BrokenPipeError)):
         return "connection lost (the host closed the connection)"
     if isinstance(exc, paramiko.SSHException):
-        return f"ssh error: {_one_line(exc)}"
-    return f"unexpected error: {type(exc).__name__}: {_one_line(exc)}"
+        return f"ssh error: {one_line(exc)}"
+    return f"unexpected error: {type(exc).__name__}: {one_line(exc)}"
 
 
-def _result(host: str, attempt: _Attempt, status: int | None = None, out: bytes = b"",
+def host_result(host: str, attempt: Attempt, status: int | None = None, out: bytes = b"",
             err: bytes = b"", error: str | None = None, fix: str | None = None) -> HostResult:
     return HostResult(
         host=host,

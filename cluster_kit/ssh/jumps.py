@@ -2,20 +2,21 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import paramiko  # after ssh/deferred.py (ssh/__init__.py)
 
 from cluster_kit.errors import InputError
-from cluster_kit.ssh.connect import _connect
-from cluster_kit.ssh.results import _HostError, _one_line
+from cluster_kit.ssh.connect import connect_endpoint
+from cluster_kit.ssh.results import HostError, one_line
 from cluster_kit.ssh.settings import (
+    Endpoint,
     Hop,
 )
 
 if TYPE_CHECKING:
-    from cluster_kit.ssh.config_index import _Context
-    from cluster_kit.ssh.fanout import _Attempt
+    from cluster_kit.ssh.deadlines import Attempt
 
 
 MAX_JUMP_DEPTH = 8
@@ -38,23 +39,25 @@ class _JumpSlot:
             self.transport is not None and self.transport.is_active())
 
 
-class _JumpError(_HostError):
+class _JumpError(HostError):
     """A jump host failed; the message already names it."""
 
 
-class _JumpPool:
+class JumpPool:
     """One connection per ProxyJump chain, opened by the first host that needs it.
 
     Hundreds of nodes behind one login node then cost one login, and channels
     on it, instead of hundreds of logins. A failed jump fails all its hosts at once.
+    `endpoint(host, hop)` resolves a jump host as the call's context does.
     """
 
-    def __init__(self, ctx: _Context) -> None:
-        self._ctx = ctx
+    def __init__(self, endpoint: Callable[[str, Hop], Endpoint], host_key_policy: str) -> None:
+        self._endpoint = endpoint
+        self._host_key_policy = host_key_policy
         self._lock = threading.Lock()
         self._slots: dict[tuple[Hop, ...], _JumpSlot] = {}
 
-    def transport(self, chain: tuple[Hop, ...], attempt: _Attempt,
+    def transport(self, chain: tuple[Hop, ...], attempt: Attempt,
                   visiting: tuple[tuple[Hop, ...], ...] = ()) -> paramiko.Transport:
         """The authenticated transport to the last host of `chain`."""
         if chain in visiting or len(visiting) >= MAX_JUMP_DEPTH:
@@ -73,21 +76,21 @@ class _JumpPool:
             raise _JumpError(slot.error or f"jump host {chain[-1]}: not connected")
         return slot.transport
 
-    def _fill(self, slot: _JumpSlot, chain: tuple[Hop, ...], attempt: _Attempt,
+    def _fill(self, slot: _JumpSlot, chain: tuple[Hop, ...], attempt: Attempt,
               visiting: tuple[tuple[Hop, ...], ...]) -> None:
         hop = chain[-1]
         try:
-            endpoint = self._ctx.endpoint(hop.host, hop)
+            endpoint = self._endpoint(hop.host, hop)
             before = chain[:-1] or endpoint.proxy_jump
             via = self.transport(before, attempt, visiting) if before else None
-            slot.transport = _connect(self._ctx, endpoint, attempt, via)
+            slot.transport = connect_endpoint(endpoint, attempt, via, self._host_key_policy)
             # shared from now on: this host's deadline must not close it
             attempt.release(slot.transport)
             attempt.release(slot.transport.sock)
         except _JumpError as exc:
             slot.error = str(exc)
         except Exception as exc:  # noqa: BLE001 - a jump host's failure is every waiter's answer
-            reason = str(exc) if isinstance(exc, (_HostError, InputError)) else _one_line(exc)
+            reason = str(exc) if isinstance(exc, (HostError, InputError)) else one_line(exc)
             slot.error = f"jump host {hop}: {reason}"
         finally:
             slot.ready.set()

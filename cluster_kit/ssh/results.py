@@ -28,7 +28,7 @@ class HostResult:
         return self.error is None
 
 
-class _HostError(Exception):
+class HostError(Exception):
     """A host failed in a way worth one line: the message is that line; `fix`,
     when the step knows it, is what to do."""
 
@@ -37,7 +37,7 @@ class _HostError(Exception):
         self.fix = fix
 
 
-class _CommandTimeout(_HostError):
+class CommandTimeout(HostError):
     """The command outran command_timeout; keeps what it printed so far."""
 
     def __init__(self, timeout: float, out: bytes, err: bytes) -> None:
@@ -51,10 +51,10 @@ class _CommandTimeout(_HostError):
 # One host, start to finish
 
 
-def _one_line(value: object) -> str:
+def one_line(value: object) -> str:
     return " ".join(str(value).split())
 
 
-def _short(path: str) -> str:
+def short_path(path: str) -> str:
     home = os.path.expanduser("~")
     return "~" + path[len(home):] if home != "/" and path.startswith(home + os.sep) else path

@@ -8,10 +8,9 @@ from typing import TYPE_CHECKING
 import paramiko  # after ssh/deferred.py (ssh/__init__.py)
 
 from cluster_kit.errors import SshConnectError
-from cluster_kit.ssh.config_index import _Context
-from cluster_kit.ssh.deadlines import GRACE_S
-from cluster_kit.ssh.fanout import _Attempt
-from cluster_kit.ssh.hosts import _connect_host, _failure_fix, _failure_message, _run_on
+from cluster_kit.ssh.context import Context
+from cluster_kit.ssh.deadlines import GRACE_S, Attempt
+from cluster_kit.ssh.hosts import connect_host, failure_fix, failure_message, run_on
 from cluster_kit.ssh.settings import (
     SshSettings,
 )
@@ -32,10 +31,10 @@ class SshSession:
             timeout: float | None = None) -> HostResult:
         """Like `remote.run`, on this connection; `timeout` defaults to command_timeout."""
         limit = timeout if timeout is not None else self._settings.command_timeout
-        attempt = _Attempt(limit + GRACE_S)
+        attempt = Attempt(limit + GRACE_S)
         attempt.arm(limit + GRACE_S)
         try:
-            return _run_on(self._transport, self.host, command, stdin, limit, attempt)
+            return run_on(self._transport, self.host, command, stdin, limit, attempt)
         finally:
             attempt.disarm()
 
@@ -52,13 +51,13 @@ class SshSession:
 def open_client(host: str, settings: SshSettings) -> Iterator[SshSession]:
     """A connected `SshSession` to `host`; raises SshConnectError (exit 3) if
     the host cannot be reached, its key is refused or auth fails."""
-    ctx = _Context(settings)
-    attempt = _Attempt(2 * settings.connect_timeout + GRACE_S)
+    ctx = Context(settings)
+    attempt = Attempt(2 * settings.connect_timeout + GRACE_S)
     try:
-        transport = _connect_host(ctx, host, attempt)
+        transport = connect_host(ctx, host, attempt)
     except Exception as exc:  # noqa: BLE001 - every failure becomes one clear message
         ctx.close()
-        raise SshConnectError(host, _failure_message(exc, attempt), _failure_fix(exc, attempt)) from None
+        raise SshConnectError(host, failure_message(exc, attempt), failure_fix(exc, attempt)) from None
     finally:
         attempt.disarm()
     session = SshSession(host, transport, settings)

@@ -23,10 +23,8 @@ from pathlib import Path
 import pytest
 
 from cluster_kit.errors import SshConnectError
-from cluster_kit.ssh import fanout
+from cluster_kit.ssh import HostResult, SshSettings, fanout
 from cluster_kit.ssh import session as ssh_session
-from cluster_kit.ssh.results import HostResult
-from cluster_kit.ssh.settings import SshSettings
 
 pytestmark = pytest.mark.integration
 

@@ -30,7 +30,7 @@ from cluster_kit.fleet import audit
 from cluster_kit.fleet.preflight import run_preflight
 from cluster_kit.fleet.routing import Route
 from cluster_kit.report.allreduce import parse_sweep_log, summarise
-from cluster_kit.ssh.results import HostResult
+from cluster_kit.ssh import HostResult
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"

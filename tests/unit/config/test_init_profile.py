@@ -21,7 +21,7 @@ from cluster_kit.config.init_profile import (
     ssh_section,
 )
 from cluster_kit.node.probe import parse_default_route
-from cluster_kit.ssh.settings import SshSettings, resolve_endpoint
+from cluster_kit.ssh import SshSettings, resolve_endpoint
 
 FACTS = Path(__file__).resolve().parents[2] / "data" / "facts"
 # /proc/net/route of a node whose default route leaves through eth0 (gateway 192.0.2.1).

@@ -21,7 +21,7 @@ from cluster_kit.fleet.preflight import (
     run_preflight,
 )
 from cluster_kit.report.preflight import preflight_table
-from cluster_kit.ssh.results import HostResult
+from cluster_kit.ssh import HostResult
 
 FACTS_DIR = Path(__file__).resolve().parents[2] / "data" / "facts"
 PROFILE: dict[str, Any] = {
