@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from cluster_kit.config import jobscript, spec, specs, vocab
 from cluster_kit.config.launch import default_tasks_per_node
-from cluster_kit.config.search import _looks_like_path
+from cluster_kit.config.search import looks_like_path
 from cluster_kit.config.validators import asks_no_gpus
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def effective(job: Job, supervised: bool = True) -> dict[str, Any]:
 
 def job_template(ref: str, job_file: Path) -> str:
     """A template name as is; a template path resolved against the job file's folder."""
-    if not _looks_like_path(ref, (".j2",)):
+    if not looks_like_path(ref, (".j2",)):
         return ref
     path = Path(ref).expanduser()
     return str(path if path.is_absolute() else Path(os.path.abspath(job_file)).parent / path)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from cluster_kit.config import jobchecks, spec, specs
 from cluster_kit.config.jobscript import interpreter_path
 from cluster_kit.config.problems import Problems
-from cluster_kit.config.search import _same_file
+from cluster_kit.config.search import same_file
 from cluster_kit.config.yamlfile import KeyPath, YamlDoc, YamlError, nearest
 from cluster_kit.config.yamlfile import load as load_yaml
 from cluster_kit.errors import InputError
@@ -97,7 +97,7 @@ def _parent_of(doc: YamlDoc, chain: list[YamlDoc], search: SearchPath,
     except InputError as exc:
         problems.add(doc.path, line, f"extends: {exc.message}")
         return None
-    if any(_same_file(parent, seen.path) for seen in chain):
+    if any(same_file(parent, seen.path) for seen in chain):
         names = " -> ".join(str(seen.path) for seen in chain) + f" -> {parent}"
         problems.add(doc.path, line, f"extends: cycle {names}; remove one of these `extends`")
         return None

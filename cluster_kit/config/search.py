@@ -78,10 +78,10 @@ class SearchPath:
                      skip: Path | None = None) -> Path:
         """The file of a profile name or path; `skip` passes over one file, so that
         a user's `base.yaml` can extend the built-in `base`."""
-        if _looks_like_path(ref, PROFILE_SUFFIXES):
+        if looks_like_path(ref, PROFILE_SUFFIXES):
             return _existing_path(ref, base, "profile")
         for candidate in self._profile_candidates(ref):
-            if skip is None or not _same_file(candidate, skip):
+            if skip is None or not same_file(candidate, skip):
                 return candidate
         raise InputError(self.missing_profile_message(ref),
                          fix="use a name from `clusterkit profiles list`, or a path to a .yaml file")
@@ -96,7 +96,7 @@ class SearchPath:
 
     def find_template(self, ref: str, base: Path | None = None) -> Path:
         """The file of a template name (`ddp` -> `ddp.j2`) or path."""
-        if _looks_like_path(ref, TEMPLATE_SUFFIXES):
+        if looks_like_path(ref, TEMPLATE_SUFFIXES):
             return _existing_path(ref, base, "template")
         dirs, name = template_lookup(ref, self.template_path)
         for directory in dirs:
@@ -136,7 +136,7 @@ def template_lookup(ref: str, template_dirs: Sequence[Path]) -> tuple[list[Path]
     partials.
     """
     dirs = [Path(d) for d in template_dirs]
-    if _looks_like_path(ref, TEMPLATE_SUFFIXES):
+    if looks_like_path(ref, TEMPLATE_SUFFIXES):
         path = Path(ref).expanduser()
         return [path.parent, *dirs], path.name
     return dirs, f"{ref}{TEMPLATE_SUFFIXES[0]}"
@@ -146,7 +146,8 @@ def _with_sub(dirs: Iterable[Path], sub: str) -> list[Path]:
     return [path for directory in dirs for path in (directory, directory / sub)]
 
 
-def _looks_like_path(ref: str, suffixes: tuple[str, ...]) -> bool:
+def looks_like_path(ref: str, suffixes: tuple[str, ...]) -> bool:
+    """Whether `ref` names a file (a slash, ~ or one of `suffixes`) rather than a name to search for."""
     return "/" in ref or ref.endswith(suffixes) or ref.startswith("~")
 
 
@@ -178,7 +179,8 @@ def _is_file(path: Path) -> bool:
         return False
 
 
-def _same_file(a: Path, b: Path) -> bool:
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name the same file once made absolute (links are not followed)."""
     return os.path.abspath(a) == os.path.abspath(b)
 
 

@@ -38,7 +38,7 @@ class Rule:
         return self.check(value)
 
 
-def _anycase(word: str) -> str:
+def anycase(word: str) -> str:
     """A regex matching `word` in any case ("unlimited" -> "[Uu][Nn]...")."""
     return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else re.escape(c) for c in word)
 
@@ -105,13 +105,14 @@ def _type_name(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def _got(value: Any) -> str:
+def type_and_value(value: Any) -> str:
+    """What a message says a wrong value was: its type, and for a scalar the value too."""
     if isinstance(value, (dict, list)) or value is None:
         return _type_name(value)
-    return f"{_type_name(value)} ({_quoted(value)})"
+    return f"{_type_name(value)} ({quoted_value(value)})"
 
 
-def _quoted(value: Any) -> str:
+def quoted_value(value: Any) -> str:
     """`repr(value)`, cut after 60 characters: a value of a megabyte stays a one-line message."""
     text = repr(value)
     if len(text) <= 80:
@@ -147,7 +148,7 @@ def _check_node(value: Any, spec: Spec, path: KeyPath, problems: list[Problem]) 
         if isinstance(value, dict):
             _check_section(value, spec, path, problems)
         elif not (value is None and spec.nullable):
-            _report(problems, path, f"expected a mapping of keys, got {_got(value)}")
+            _report(problems, path, f"expected a mapping of keys, got {type_and_value(value)}")
     elif isinstance(spec, MapOf):
         _check_map(value, spec, path, problems)
     elif isinstance(spec, ListOf):
@@ -168,7 +169,7 @@ def _check_scalar(value: Any, spec: Field, path: KeyPath, problems: list[Problem
 
 def _check_list(value: Any, spec: ListOf, path: KeyPath, problems: list[Problem]) -> None:
     if not isinstance(value, list):
-        _report(problems, path, f"expected a list, got {_got(value)}")
+        _report(problems, path, f"expected a list, got {type_and_value(value)}")
         return
     for index, item in enumerate(value):
         _check_scalar(item, spec.item, path + (index,), problems)
@@ -176,7 +177,7 @@ def _check_list(value: Any, spec: ListOf, path: KeyPath, problems: list[Problem]
 
 def _check_map(value: Any, spec: MapOf, path: KeyPath, problems: list[Problem]) -> None:
     if not isinstance(value, dict):
-        _report(problems, path, f"expected a mapping, got {_got(value)}")
+        _report(problems, path, f"expected a mapping, got {type_and_value(value)}")
         return
     for key, item in value.items():
         problem = spec.key_check(key)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import difflib
 from typing import TYPE_CHECKING, Any
 
-from cluster_kit.config.spec import Field, ListOf, MapOf, Rule, Section, _quoted
+from cluster_kit.config.spec import Field, ListOf, MapOf, Rule, Section, quoted_value
 from cluster_kit.config.validators import (
     CONSTRAINT_CHARS,
     CONTAINER_RUNTIMES,
@@ -58,19 +58,19 @@ def sbatch_option_name() -> Check:
     """A real sbatch long option that the user may set."""
     def check(key: Any) -> str | None:
         if not isinstance(key, str):
-            return f"{_quoted(key)} is not an sbatch option name"
+            return f"{quoted_value(key)} is not an sbatch option name"
         if key.startswith("-"):
-            return f"write {_quoted(key)} without the leading dashes: {key.lstrip('-')}"
+            return f"write {quoted_value(key)} without the leading dashes: {key.lstrip('-')}"
         option = sbatch_option(key)
         if option.replace("-", "_") in SLURM_NAMED:
-            return f"{_quoted(key)} has its own key; write it as slurm.{option.replace('-', '_')}"
+            return f"{quoted_value(key)} has its own key; write it as slurm.{option.replace('-', '_')}"
         if option in SBATCH_MANAGED:
             return f"--{option} is set from {SBATCH_MANAGED[option]}; remove it here"
         if option in SBATCH_OPTIONS:
             return None
         close = difflib.get_close_matches(option, sorted(SBATCH_OPTIONS), n=1, cutoff=0.75)
         hint = f"; did you mean '{close[0]}'?" if close else ""
-        return f"{_quoted(key)} is not an sbatch option{hint}"
+        return f"{quoted_value(key)} is not an sbatch option{hint}"
     return Rule(check, {"enum": allowed_sbatch_keys()})
 
 

@@ -6,7 +6,13 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cluster_kit.config.spec import ONE_LINE, Rule, _anycase, _got, _quoted
+from cluster_kit.config.spec import (
+    ONE_LINE,
+    Rule,
+    anycase,
+    quoted_value,
+    type_and_value,
+)
 from cluster_kit.config.vocab import NCCL_OWNED, NCCL_VARIABLES
 
 if TYPE_CHECKING:
@@ -27,14 +33,14 @@ def _is_number(value: Any) -> bool:
 
 def _shown(value: Any) -> str:
     """A rejected value as messages name it: a string quoted, anything else by its type."""
-    return _quoted(value) if isinstance(value, str) else _got(value)
+    return quoted_value(value) if isinstance(value, str) else type_and_value(value)
 
 
 def integer(lo: int | None = None, hi: int | None = None) -> Check:
     """An integer, optionally within [lo, hi]."""
     def check(value: Any) -> str | None:
         if not _is_int(value):
-            return f"expected an integer, got {_got(value)}"
+            return f"expected an integer, got {type_and_value(value)}"
         if lo is not None and hi is not None and not lo <= value <= hi:
             return f"{value} is out of range; use {lo}-{hi}"
         if lo is not None and value < lo:
@@ -79,7 +85,7 @@ def positive_number() -> Check:
     """A measure such as a rate or a timeout: a number > 0."""
     def check(value: Any) -> str | None:
         if not _is_number(value):
-            return f"expected a number, got {_got(value)}"
+            return f"expected a number, got {type_and_value(value)}"
         if value <= 0:
             return f"{value} must be greater than 0"
         return None
@@ -89,7 +95,7 @@ def positive_number() -> Check:
 def boolean() -> Check:
     """true or false."""
     def check(value: Any) -> str | None:
-        return None if isinstance(value, bool) else f"expected true or false, got {_got(value)}"
+        return None if isinstance(value, bool) else f"expected true or false, got {type_and_value(value)}"
     return Rule(check, {"type": "boolean"})
 
 
@@ -108,7 +114,7 @@ def _choices_json(choices: tuple[str, ...], ignore_case: bool) -> dict[str, Any]
     if not ignore_case:
         return {"enum": list(choices)}
     return {"anyOf": [{"enum": list(choices)},
-                      {"type": "string", "pattern": "^(?:" + "|".join(_anycase(c) for c in choices) + ")$"}]}
+                      {"type": "string", "pattern": "^(?:" + "|".join(anycase(c) for c in choices) + ")$"}]}
 
 
 def text() -> Check:
@@ -117,7 +123,7 @@ def text() -> Check:
         if isinstance(value, str) and value.strip():
             return None
         return "expected a non-empty string" if isinstance(value, str) \
-            else f"expected a string, got {_got(value)}"
+            else f"expected a string, got {type_and_value(value)}"
     return Rule(check, {"type": "string", "pattern": r"^[^\n\u0000]*\S[^\n\u0000]*$"})
 
 
@@ -132,7 +138,7 @@ def cluster_path(example: str) -> Check:
         if problem:
             return problem
         if value.startswith("~"):
-            return (f"{_quoted(value)} starts with ~, which the job does not expand (the value is "
+            return (f"{quoted_value(value)} starts with ~, which the job does not expand (the value is "
                     f"quoted); write the full path, e.g. {example}")
         return None
     return Rule(check, {"type": "string", "pattern": r"^(?!~)[^\n\u0000]*\S[^\n\u0000]*$"})
@@ -156,7 +162,7 @@ class Charset:
         if not bad:
             return None
         shown = ", ".join(repr(ch) for ch in bad[:10]) + (", ..." if len(bad) > 10 else "")
-        return f"{_quoted(value)} contains {shown}, which {what} must not carry; use {self.allowed}"
+        return f"{quoted_value(value)} contains {shown}, which {what} must not carry; use {self.allowed}"
 
     def json_pattern(self) -> str:
         """The JSON Schema pattern of a non-empty string within the set."""
@@ -227,7 +233,7 @@ def slurm_time() -> Check:
         return (f"{_shown(value)} is not a Slurm time limit; use minutes, MM:SS, HH:MM:SS, D-HH, "
                 "D-HH:MM, D-HH:MM:SS or UNLIMITED (quoted, e.g. \"04:00:00\")")
     return Rule(check, {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": (
-        "^(?:" + "|".join(_TIME_FORMS + [_anycase("unlimited"), _anycase("infinite")]) + ")$")}]})
+        "^(?:" + "|".join(_TIME_FORMS + [anycase("unlimited"), anycase("infinite")]) + ")$")}]})
 
 
 def time_limit_seconds(value: Any) -> int | None:
@@ -276,7 +282,7 @@ def memlock() -> Check:
             return None
         return f"{_shown(value)} is not a memlock limit; use unlimited or a size such as 1024K, 8M, 64G"
     return Rule(check, {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": (
-        r"^(?:[0-9]+[KMGTkmgt]?|" + _anycase("unlimited") + ")$")}]})
+        r"^(?:[0-9]+[KMGTkmgt]?|" + anycase("unlimited") + ")$")}]})
 
 
 XID_WINDOW_MAX_S = 7 * 86400   # how far back the probe reads the journal
@@ -310,7 +316,7 @@ def exclusive() -> Check:
     def check(value: Any) -> str | None:
         if isinstance(value, bool) or value in ("user", "mcs", "topo"):
             return None
-        return f"{_quoted(value)} is not valid; use true, false, user, mcs or topo"
+        return f"{quoted_value(value)} is not valid; use true, false, user, mcs or topo"
     return Rule(check, {"anyOf": [{"type": "boolean"}, {"enum": ["user", "mcs", "topo"]}]})
 
 
@@ -318,7 +324,7 @@ def dotted_version() -> Check:
     """A dotted version such as "535.104.05"; quoted, so trailing zeros survive."""
     def check(value: Any) -> str | None:
         if isinstance(value, float):
-            return (f"{_quoted(value)} was read as a number, which loses trailing zeros "
+            return (f"{quoted_value(value)} was read as a number, which loses trailing zeros "
                     "(535.40 becomes 535.4); quote the version, e.g. \"535.104.05\"")
         if _is_int(value) or (isinstance(value, str) and re.fullmatch(r"\d+(\.\d+)*", value)):
             return None
@@ -338,11 +344,11 @@ def pep440_specifier() -> Check:
     def check(value: Any) -> str | None:
         from packaging.specifiers import InvalidSpecifier, SpecifierSet
         if not isinstance(value, str):
-            return f"expected a quoted version specifier such as \">=2.18\", got {_got(value)}"
+            return f"expected a quoted version specifier such as \">=2.18\", got {type_and_value(value)}"
         try:
             SpecifierSet(value)
         except InvalidSpecifier:
-            return f"{_quoted(value)} is not a version specifier; use e.g. \">=2.18\" or \">=2.18,<3\""
+            return f"{quoted_value(value)} is not a version specifier; use e.g. \">=2.18\" or \">=2.18,<3\""
         return None
     return Rule(check, {"type": "string", "pattern": PEP440_JSON_PATTERN})
 
@@ -372,7 +378,7 @@ def hostlist() -> Check:
         try:
             expand(value)
         except ValueError as exc:
-            return f"{_quoted(value)} is not a Slurm hostlist ({exc}); use e.g. gpu[001-064]"
+            return f"{quoted_value(value)} is not a Slurm hostlist ({exc}); use e.g. gpu[001-064]"
         return None
     return Rule(check, {"type": "string", "pattern": r"^[A-Za-z0-9_.,\[\]-]+$"})
 
@@ -385,7 +391,7 @@ def env_name() -> Check:
     def check(key: Any) -> str | None:
         if isinstance(key, str) and ENV_NAME_RE.fullmatch(key):
             return None
-        return (f"{_quoted(key)} is not a valid environment variable name; "
+        return (f"{quoted_value(key)} is not a valid environment variable name; "
                 "use letters, digits and _, not starting with a digit")
     return Rule(check, {"pattern": "^" + ENV_NAME_RE.pattern + "$"})
 
@@ -403,7 +409,7 @@ def env_value() -> Check:
         if isinstance(value, bool):
             word = str(value).lower()
             return f"{word} is a YAML boolean; quote it (\"{word}\") or write 1 / 0"
-        return f"expected a string or a number, got {_got(value)}"
+        return f"expected a string or a number, got {type_and_value(value)}"
     return Rule(check, {"type": ["string", "number"], "pattern": ONE_LINE})
 
 
@@ -431,7 +437,7 @@ def container_image() -> Check:
         bad = sorted({ch for ch in value if ch.isspace() or ch == ","})
         if bad:
             shown = ", ".join(repr(ch) for ch in bad)
-            return (f"{_quoted(value)} contains {shown}; an image is one word: a .sqsh/.sif path "
+            return (f"{quoted_value(value)} contains {shown}; an image is one word: a .sqsh/.sif path "
                     "or [USER@][REGISTRY#]IMAGE[:TAG]")
         return None
     return Rule(check, {"type": "string", "pattern": r"^[^\s,]+$"})
@@ -444,9 +450,9 @@ def absolute_path() -> Check:
         if problem:
             return problem
         if not value.startswith("/"):
-            return f"{_quoted(value)} is not an absolute path; write it from / (e.g. /workspace)"
+            return f"{quoted_value(value)} is not an absolute path; write it from / (e.g. /workspace)"
         if "," in value or any(ch.isspace() for ch in value):
-            return f"{_quoted(value)} contains a comma or a space, which srun's container flags cannot carry"
+            return f"{quoted_value(value)} contains a comma or a space, which srun's container flags cannot carry"
         return None
     return Rule(check, {"type": "string", "pattern": r"^/[^\s,]*$"})
 
@@ -459,7 +465,7 @@ def container_mount() -> Check:
             return problem
         parts = value.split(":")
         if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in MOUNT_FLAGS):
-            return (f"{_quoted(value)} is not SRC:DST or SRC:DST:ro (e.g. /scratch:/scratch:ro); "
+            return (f"{quoted_value(value)} is not SRC:DST or SRC:DST:ro (e.g. /scratch:/scratch:ro); "
                     f"flags: {', '.join(MOUNT_FLAGS)}")
         for part in parts[:2]:
             problem = absolute_path()(part)
@@ -477,18 +483,18 @@ def nccl_name() -> Check:
     """A documented NCCL_* variable not owned by a dedicated key."""
     def check(key: Any) -> str | None:
         if not isinstance(key, str):
-            return f"{_quoted(key)} is not an NCCL variable name"
+            return f"{quoted_value(key)} is not an NCCL variable name"
         if key in NCCL_OWNED:
             return f"{key} is set from {NCCL_OWNED[key]}; set it there instead"
         if key in NCCL_VARIABLES:
             return None
         if not key.startswith("NCCL_"):
-            return (f"{_quoted(key)} is not an NCCL variable (those start with NCCL_); "
+            return (f"{quoted_value(key)} is not an NCCL variable (those start with NCCL_); "
                     "put other variables in environment.env")
         close = difflib.get_close_matches(key, sorted(NCCL_VARIABLES), n=1, cutoff=0.8)
         hint = f"; did you mean '{close[0]}'?" if close else \
             "; see the Environment Variables page of the NCCL documentation"
-        return f"{_quoted(key)} is not a known NCCL variable{hint}"
+        return f"{quoted_value(key)} is not a known NCCL variable{hint}"
     return Rule(check, {"enum": sorted(NCCL_VARIABLES - set(NCCL_OWNED))})
 
 

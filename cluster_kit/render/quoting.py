@@ -53,7 +53,7 @@ def shq(value: Any) -> str:
             "a template quoted an unset value",
             fix="guard optional settings with `{% if x is not none %}` in the template",
         )
-    quoted = shlex.quote(_text(value))
+    quoted = shlex.quote(setting_text(value))
     # A bare word starting with "=" is valid shell, but `export X==y` reads as
     # a typo to people and to shellcheck; single quotes change nothing else.
     return f"'{quoted}'" if quoted.startswith("=") else quoted
@@ -84,7 +84,7 @@ def sbatch_value(value: Any, option: str = "") -> str:
     Control characters (newline, CR, NUL, ...) and the words `hetjob`/`packjob`
     cannot be made safe and raise InputError naming the setting.
     """
-    text = _text(value)
+    text = setting_text(value)
     where = _describe_option(option)
     bad = next((ch for ch in text if ord(ch) < 0x20 or ord(ch) == 0x7F), None)
     if bad is not None:
@@ -108,7 +108,7 @@ def sbatch_value(value: Any, option: str = "") -> str:
 
 def oneline(value: Any) -> str:
     """Text safe inside a `#` comment line: control characters become spaces."""
-    return CONTROL_CHARS.sub(" ", _text(value))
+    return CONTROL_CHARS.sub(" ", setting_text(value))
 
 
 def _describe_option(option: str) -> str:
@@ -118,7 +118,7 @@ def _describe_option(option: str) -> str:
     return f"{setting} (#SBATCH --{option})"
 
 
-def _text(value: Any) -> str:
+def setting_text(value: Any) -> str:
     """The text of a setting value: booleans as `true`/`false`, the rest as str()."""
     if isinstance(value, bool):
         return "true" if value else "false"

@@ -7,7 +7,7 @@ from typing import Any
 from cluster_kit.config.launch import launch_shape
 from cluster_kit.config.vocab import SBATCH_VALUE_KEYS
 from cluster_kit.errors import InputError
-from cluster_kit.render.quoting import _text, shname
+from cluster_kit.render.quoting import setting_text, shname
 from cluster_kit.slurm.builders import SBATCH_OPTION_NAME
 
 # Linux hands out ephemeral ports from 32768 up; a derived port stays below.
@@ -41,7 +41,7 @@ def nccl_environment(network: Mapping[str, Any]) -> dict[str, str]:
         ("ib_timeout", "NCCL_IB_TIMEOUT"),
     ):
         if network.get(key) is not None:
-            env[name] = _text(network[key])
+            env[name] = setting_text(network[key])
     ifname = network.get("socket_ifname")
     if ifname:
         env["NCCL_SOCKET_IFNAME"] = str(ifname)
@@ -90,7 +90,7 @@ def sbatch_directives(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
     pairs += [("output", settings.get("output")), ("chdir", settings.get("workdir"))]
     for option, value in (slurm.get("extra") or {}).items():
         pairs.append((_checked_option(option), _flag(value)))
-    return [(option, _text(value)) for option, value in pairs if value is not None]
+    return [(option, setting_text(value)) for option, value in pairs if value is not None]
 
 
 def _flag(value: Any) -> Any:

@@ -172,3 +172,151 @@ def test_the_edges_may_do_their_job() -> None:
                ("node.allreduce_sweep", "import torch\n"), ("ddp", "import torch\n"),
                ("commands.jobs", "from cluster_kit.slurm import jobs\n")]
     assert violations([(m, ast.parse(s)) for m, s in allowed]) == []
+
+
+# ----------------------------------------------------------------------------
+# Seams: `_names` stay in their module; modules import in one direction
+
+
+def private_imports(found: list[tuple[str, ast.AST]]) -> list[str]:
+    """Every `from <package module> import _name` (dunders aside), as `module:line imports name`."""
+    problems = []
+    for module, tree in found:
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = _absolute_base(node, module)
+            if not base.startswith("cluster_kit"):
+                continue
+            for alias in node.names:
+                if alias.name.startswith("_") and not (alias.name.startswith("__") and alias.name.endswith("__")):
+                    problems.append(f"cluster_kit.{module}:{node.lineno} imports {base}.{alias.name} "
+                                    "(a private name: make it public or keep it in its module)")
+    return problems
+
+
+def _absolute_base(node: ast.ImportFrom, module: str) -> str:
+    """The module an ImportFrom reads from, made absolute: what imports_of yields first for it."""
+    return next(imported for line, imported in imports_of(ast.Module([node], []), module))
+
+
+def import_graph(found: list[tuple[str, ast.AST]]) -> dict[str, set[str]]:
+    """module -> the package's modules it imports (any import, lazy or TYPE_CHECKING ones too).
+
+    `from a import b` counts as importing module `a.b` where there is one, else `a`.
+    """
+    names = {module for module, _ in found}
+    graph: dict[str, set[str]] = {module: set() for module in names}
+    for module, tree in found:
+        for _, imported in imports_of(tree, module):
+            graph[module] |= _package_modules(imported, names)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = _absolute_base(node, module)
+                graph[module] |= {_strip(f"{base}.{alias.name}") for alias in node.names} & names
+    for module, imported in graph.items():
+        imported.discard(module)
+    return graph
+
+
+def _strip(imported: str) -> str:
+    return "__init__" if imported == "cluster_kit" else imported.removeprefix("cluster_kit.")
+
+
+def _package_modules(imported: str, names: set[str]) -> set[str]:
+    """The package module `imported` names, or the one it names a member of."""
+    if imported != "cluster_kit" and not imported.startswith("cluster_kit."):
+        return set()
+    name = _strip(imported)
+    while name not in names and "." in name:
+        name = name.rsplit(".", 1)[0]
+    return {name} & names
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """Each group of modules that import one another in a loop (strongly connected, Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[frozenset[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for imported in sorted(graph[module]):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            group = set()
+            while True:
+                member = stack.pop()
+                group.add(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                cycles.append(frozenset(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return cycles
+
+
+# Import cycles there are today, each to be removed: none may grow, and no new one may appear.
+KNOWN_CYCLES = {
+    # config.jobchecks imports config.load under TYPE_CHECKING (for Profile)
+    frozenset({"config.load", "config.effective", "config.jobchecks"}),  # to be removed
+    frozenset({"lifecycle", "lifecycle.submission", "lifecycle.chains", "lifecycle.follow"}),  # to be removed
+    frozenset({"lifecycle.chain_diagnosis", "lifecycle.diagnosis"}),  # to be removed
+}
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    assert private_imports(modules()) == []
+
+
+def test_modules_import_one_another_in_one_direction() -> None:
+    assert set(import_cycles(import_graph(modules()))) - KNOWN_CYCLES == set()
+
+
+@pytest.mark.parametrize("module, source", [
+    ("ssh.fanout", "from cluster_kit.ssh.deadlines import _close_quietly\n"),
+    ("config.load", "def f():\n    from cluster_kit.config.search import _same_file\n"),
+    ("ssh.session", "from .hosts import _run_on\n"),
+    ("report.text", "from cluster_kit.report import _rows\n"),
+])
+def test_a_private_import_is_reported(module: str, source: str) -> None:
+    found = private_imports([(module, ast.parse(source))])
+    assert len(found) == 1 and "private name" in found[0], found
+
+
+def test_a_dunder_import_is_not_private() -> None:
+    assert private_imports([("cli", ast.parse("from cluster_kit import __version__\n"))]) == []
+
+
+@pytest.mark.parametrize("sources, cycle", [
+    ({"ssh.hosts": "from cluster_kit.ssh.connect import connect_endpoint\n",
+      "ssh.connect": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                     "    from cluster_kit.ssh.hosts import connect_host\n"},
+     {"ssh.hosts", "ssh.connect"}),
+    ({"fleet.preflight": "def f():\n    from cluster_kit import report\n",
+      "report": "from cluster_kit.report import text\n",
+      "report.text": "from ..fleet import preflight\n"},
+     {"fleet.preflight", "report", "report.text"}),
+    ({"config.load": "from . import effective\n",
+      "config.effective": "import cluster_kit.config.load\n"},
+     {"config.load", "config.effective"}),
+])
+def test_an_import_cycle_is_reported(sources: dict[str, str], cycle: set[str]) -> None:
+    found = [(module, ast.parse(source)) for module, source in sources.items()]
+    assert import_cycles(import_graph(found)) == [frozenset(cycle)]
+
+
+def test_a_known_cycle_that_grows_is_reported() -> None:
+    graph = import_graph(modules())
+    graph["config.load"].add("render.settings")
+    graph["render.settings"].add("config.load")
+    assert set(import_cycles(graph)) - KNOWN_CYCLES
