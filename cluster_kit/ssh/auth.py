@@ -79,16 +79,16 @@ def _try_key(transport: paramiko.Transport, endpoint: Endpoint, key: paramiko.PK
         remaining_methods = transport.auth_publickey(endpoint.user, key)
     except paramiko.BadAuthenticationType as exc:
         raise HostError(f"authentication failed for user {endpoint.user}: the server does not "
-                         f"accept keys (it allows: {', '.join(exc.allowed_types)})") from None
+                        f"accept keys (it allows: {', '.join(exc.allowed_types)})") from None
     except paramiko.AuthenticationException as exc:
         if "timeout" in str(exc).lower():
             raise HostError(f"no answer within {endpoint.connect_timeout:g}s "
-                             f"during authentication ({endpoint.address})") from None
+                            f"during authentication ({endpoint.address})") from None
         tried.append(label)
         return False
     if remaining_methods and not transport.is_authenticated():
         raise HostError(f"authentication failed for user {endpoint.user}: the server also wants "
-                         f"{', '.join(remaining_methods)}, and clusterkit uses keys only")
+                        f"{', '.join(remaining_methods)}, and clusterkit uses keys only")
     return True
 
 

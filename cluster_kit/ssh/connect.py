@@ -84,7 +84,7 @@ def _open_socket(endpoint: Endpoint, deadline: float) -> socket.socket:
         addresses = socket.getaddrinfo(endpoint.hostname, endpoint.port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         raise HostError(f"hostname does not resolve ({endpoint.hostname}: {exc.strerror})",
-                         fix=unresolved_fix(endpoint.hostname)) from None
+                        fix=unresolved_fix(endpoint.hostname)) from None
     failure: OSError | None = None
     for family, kind, proto, _, address in addresses:
         sock = socket.socket(family, kind, proto)
@@ -188,7 +188,7 @@ def _open_forwarded(via: paramiko.Transport, endpoint: Endpoint, deadline: float
     except (paramiko.SSHException, EOFError, OSError) as exc:
         if "Timeout" in str(exc):
             raise HostError(f"timed out connecting ({endpoint.address} via the jump host, "
-                             f"{endpoint.connect_timeout:g}s)") from None
+                            f"{endpoint.connect_timeout:g}s)") from None
         raise HostError(f"jump host connection lost: {one_line(exc)}") from None
 
 
@@ -224,7 +224,7 @@ def _handshake(sock: socket.socket | _ChannelSocket, endpoint: Endpoint, known: 
     if not done.wait(remaining):
         transport.close()
         raise HostError(f"no answer within {endpoint.connect_timeout:g}s "
-                         f"({endpoint.address} accepted TCP but sent no SSH handshake)")
+                        f"({endpoint.address} accepted TCP but sent no SSH handshake)")
     if not transport.is_active():
         failure = transport.get_exception()
         transport.close()
@@ -269,4 +269,4 @@ def _verify_host_key(transport: paramiko.Transport, endpoint: Endpoint, known: K
     if verdict.status != "match":
         offered = describe_key(key_type, blob)
         raise HostError(problem_message(verdict, name, offered, known, endpoint.hostname, endpoint.port),
-                         fix=problem_fix(verdict, name, known, endpoint.hostname, endpoint.port))
+                        fix=problem_fix(verdict, name, known, endpoint.hostname, endpoint.port))

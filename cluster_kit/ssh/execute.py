@@ -24,7 +24,7 @@ READ_CHUNK = 65536
 
 
 def execute(transport: paramiko.Transport, command: str, stdin: bytes | None,
-             timeout: float, attempt: Attempt) -> tuple[int, bytes, bytes]:
+            timeout: float, attempt: Attempt) -> tuple[int, bytes, bytes]:
     """(exit status, stdout, stderr) of `command`; CommandTimeout after `timeout` s."""
     deadline = time.monotonic() + timeout
     channel = transport.open_session(timeout=max(0.05, timeout))

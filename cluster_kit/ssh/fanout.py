@@ -375,5 +375,5 @@ class _WorkerPool:
         for index, attempt in stuck:
             attempt.abort()
             self._done.put((index, host_result(self._names[index], attempt,
-                                           error=attempt.overrun_message())))
+                                               error=attempt.overrun_message())))
             self._start_worker()

@@ -27,7 +27,7 @@ def connect_host(ctx: Context, host: str, attempt: Attempt) -> paramiko.Transpor
 
 
 def run_on(transport: paramiko.Transport, host: str, command: str, stdin: bytes | None,
-            timeout: float, attempt: Attempt) -> HostResult:
+           timeout: float, attempt: Attempt) -> HostResult:
     """Run `command` on a connected transport; any failure becomes the result's error."""
     attempt.phase = "running the command"
     try:
@@ -65,7 +65,7 @@ def describe_error(exc: BaseException) -> str:
 
 
 def host_result(host: str, attempt: Attempt, status: int | None = None, out: bytes = b"",
-            err: bytes = b"", error: str | None = None, fix: str | None = None) -> HostResult:
+                err: bytes = b"", error: str | None = None, fix: str | None = None) -> HostResult:
     return HostResult(
         host=host,
         ok=error is None and status == 0,
