@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import paramiko  # after ssh/deferred.py (ssh/__init__.py)
 
@@ -19,7 +20,7 @@ class _LeanSSHConfig(paramiko.SSHConfig):
     value holds no token. A value without one comes out unchanged either way.
     """
 
-    def _expand_variables(self, config: dict, target_hostname: str) -> dict:
+    def _expand_variables(self, config: dict[str, Any], target_hostname: str) -> dict[str, Any]:
         tokenize = self._tokenize  # type: ignore[attr-defined]
         for key, value in config.items():
             if isinstance(value, list):
@@ -51,7 +52,7 @@ class _IndexedConfig:
     def __init__(self, config: paramiko.SSHConfig) -> None:
         self.config = config
         blocks = getattr(config, "_config", None)  # paramiko's parsed blocks, in file order
-        self._blocks: list[dict] = blocks if isinstance(blocks, list) else []
+        self._blocks: list[dict[str, Any]] = blocks if isinstance(blocks, list) else []
         self._indexed = isinstance(blocks, list) and not any(
             str(b.get("config", {}).get("canonicalizehostname", "no")).lower() in ("yes", "always")
             for b in self._blocks)
@@ -66,7 +67,7 @@ class _IndexedConfig:
             for pattern in dict.fromkeys(os.path.normcase(p) for p in patterns):
                 self._by_name.setdefault(pattern, []).append(index)
 
-    def lookup(self, name: str) -> dict:
+    def lookup(self, name: str) -> dict[str, Any]:
         """paramiko's options for `name` (an `SSHConfigDict`)."""
         if not self._indexed:
             return self.config.lookup(name)

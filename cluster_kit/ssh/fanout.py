@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass, replace
-from typing import NoReturn, cast
+from typing import Any, NoReturn, cast
 
 import paramiko  # after ssh/deferred.py (ssh/__init__.py)
 
@@ -76,7 +76,7 @@ def run(host: str, command: str, settings: SshSettings, stdin: bytes | None = No
     return fan_out([host], command, settings, stdin=stdin)[0]
 
 
-def resolve(host: str, settings: SshSettings) -> tuple[Endpoint, dict]:
+def resolve(host: str, settings: SshSettings) -> tuple[Endpoint, dict[str, Any]]:
     """How `fan_out` reaches `host` (ssh_config applied) and ssh_config's own options for it."""
     ctx = Context(settings)
     try:
@@ -264,10 +264,10 @@ def _shard_results(names: list[str], shards: list[_Shard]) -> Iterator[tuple[int
             selector.register(shard.fd, selectors.EVENT_READ)
         while open_fds:
             for key, _ in selector.select():
-                shard = open_fds[key.fd]  # type: ignore[index]
+                shard = open_fds[key.fd]
                 data = os.read(shard.fd, READ_CHUNK)
                 for message in shard.reader.feed(data):
-                    kind, *rest = cast(tuple, message)
+                    kind, *rest = cast("tuple[Any, ...]", message)
                     if kind == "result":
                         index, result = rest
                         answered.add(index)
