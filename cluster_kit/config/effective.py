@@ -13,7 +13,7 @@ from cluster_kit.config.search import looks_like_path
 from cluster_kit.config.validators import asks_no_gpus
 
 if TYPE_CHECKING:
-    from cluster_kit.config.load import Job
+    from cluster_kit.config.documents import Job
 
 
 _SLURM_KEYS = (*vocab.SBATCH_VALUE_KEYS, "exclusive")

@@ -15,7 +15,7 @@ from cluster_kit.config import spec, specs, vocab
 from cluster_kit.config.validators import asks_no_gpus, time_limit_seconds
 
 if TYPE_CHECKING:
-    from cluster_kit.config.load import Profile
+    from cluster_kit.config.documents import Profile
 
 
 def check_node_count(job: Mapping[str, Any], profile: Profile | None) -> list[spec.Problem]:

@@ -4,15 +4,15 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cluster_kit.config import jobchecks, spec, specs
+from cluster_kit.config.documents import Job, Profile
 from cluster_kit.config.jobscript import interpreter_path
 from cluster_kit.config.problems import Problems
 from cluster_kit.config.search import same_file
-from cluster_kit.config.yamlfile import KeyPath, YamlDoc, YamlError, nearest
+from cluster_kit.config.yamlfile import KeyPath, YamlDoc, YamlError
 from cluster_kit.config.yamlfile import load as load_yaml
 from cluster_kit.errors import InputError
 
@@ -22,25 +22,6 @@ if TYPE_CHECKING:
 
 # ----------------------------------------------------------------------------
 # profiles
-
-
-@dataclass
-class Profile:
-    """A fully resolved profile: extends merged, defaults filled, `extends` removed.
-
-    `chain` is the files merged, this one first. `origins` maps each key path of
-    `data` that came from a file to `FILE:LINE` (defaults have none).
-    """
-
-    name: str
-    path: Path
-    data: dict[str, Any]
-    chain: list[Path] = field(default_factory=list)
-    origins: dict[KeyPath, str] = field(default_factory=dict)
-
-    def where(self, *path: Any) -> str:
-        """`FILE:LINE` of a key path, or of its nearest ancestor that has one."""
-        return _where(self.origins, tuple(path), self.path)
 
 
 def load_profile(ref: str, search: SearchPath, base: Path | None = None) -> Profile:
@@ -172,32 +153,8 @@ def _key_paths(value: Any, prefix: KeyPath) -> Iterable[KeyPath]:
         yield from _key_paths(item, prefix + (key,))
 
 
-def _where(origins: Mapping[KeyPath, str], path: KeyPath, default: Path) -> str:
-    where = nearest(origins, path)
-    return f"{default}:1" if where is None else where
-
-
 # ----------------------------------------------------------------------------
 # jobs
-
-
-@dataclass
-class Job:
-    """A validated job file with its resolved profile.
-
-    `data` holds every key of the job spec (defaults filled; `name` defaults to
-    the file stem). `origins` maps key paths of the job file to `FILE:LINE`.
-    """
-
-    name: str
-    path: Path
-    data: dict[str, Any]
-    profile: Profile
-    origins: dict[KeyPath, str] = field(default_factory=dict)
-
-    def where(self, *path: Any) -> str:
-        """`FILE:LINE` of a key path of the job file."""
-        return _where(self.origins, tuple(path), self.path)
 
 
 def load_job(path: Path, search: SearchPath) -> Job:

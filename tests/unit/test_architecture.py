@@ -267,8 +267,6 @@ def import_cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
 
 # Import cycles there are today, each to be removed: none may grow, and no new one may appear.
 KNOWN_CYCLES = {
-    # config.jobchecks imports config.load under TYPE_CHECKING (for Profile)
-    frozenset({"config.load", "config.jobchecks"}),  # to be removed
     frozenset({"lifecycle", "lifecycle.submission", "lifecycle.chains", "lifecycle.follow"}),  # to be removed
     frozenset({"lifecycle.chain_diagnosis", "lifecycle.diagnosis"}),  # to be removed
 }
