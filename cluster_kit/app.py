@@ -5,10 +5,17 @@ so commands that do not need them (render, validate) never load them.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from cluster_kit.config.documents import Job, Profile
+    from cluster_kit.fleet.preflight import FanOut
+    from cluster_kit.slurm.runner import Runner
+    from cluster_kit.ssh import HostResult, SshSettings
 
 DEEP_COMMAND_TIMEOUT_S = 90
 
@@ -20,14 +27,14 @@ class App:
 
         self.search = SearchPath.from_environment([Path(p) for p in profile_paths])
         self.verbose = verbose
-        self._runners: dict[str, Any] = {}
+        self._runners: dict[str, Runner] = {}
 
-    def job(self, path: str) -> Any:
+    def job(self, path: str) -> Job:
         from cluster_kit.config.load import load_job
 
         return load_job(Path(path), self.search)
 
-    def checked_job(self, path: str, offline: bool = False) -> Any:
+    def checked_job(self, path: str, offline: bool = False) -> Job:
         """The job file loaded, with its script checked (ValidationError, exit 2, at
         the `script:` line when it is missing). `offline` checks only what is on
         this machine: a profile with a login host has its script looked up there."""
@@ -39,7 +46,7 @@ class App:
             raise ValidationError([f"{job.where('script')}: {problem}"])
         return job
 
-    def script_problem(self, job: Any, offline: bool = False) -> str | None:
+    def script_problem(self, job: Job, offline: bool = False) -> str | None:
         """The `script:` problem of a loaded job, None when the script is there or,
         `offline`, when it lives on the login host and is not looked for."""
         import os
@@ -52,7 +59,7 @@ class App:
         exists = self._exists_on_login(job.profile.data) if host else os.path.isfile
         return jobscript.check(job.data["script"], job.data["workdir"], job.path, exists, host)
 
-    def _exists_on_login(self, profile_data: dict[str, Any]) -> Any:
+    def _exists_on_login(self, profile_data: dict[str, Any]) -> Callable[[str], bool]:
         from cluster_kit.config import jobscript
         from cluster_kit.slurm import runner as slurm_runner
 
@@ -63,11 +70,11 @@ class App:
                 return bool(runner.run(jobscript.build_exists_command(path)).returncode == 0)
             except slurm_runner.LoginRefused as exc:
                 raise slurm_runner.LoginRefused(
-                    f"cannot look for the job's script {path} on {runner.host}: {exc.reason}", exc.reason,
+                    f"cannot look for the job's script {path} on {profile_data['login']['host']}: {exc.reason}", exc.reason,
                     fix=exc.fix) from None
         return exists
 
-    def job_problems(self, job: Any, offline: bool = False) -> list[tuple[str, str]]:
+    def job_problems(self, job: Job, offline: bool = False) -> list[tuple[str, str]]:
         """What `validate` finds beyond the files: a missing script, a template that
         does not render. (key, message) pairs; the message names the fix."""
         from cluster_kit.config.effective import effective
@@ -85,12 +92,12 @@ class App:
             problems.append(("template", f"template: {exc.message}{fix}"))
         return problems
 
-    def profile(self, ref: str) -> Any:
+    def profile(self, ref: str) -> Profile:
         from cluster_kit.config.load import load_profile
 
         return load_profile(ref, self.search)
 
-    def runner(self, profile_data: dict[str, Any]) -> Any:
+    def runner(self, profile_data: dict[str, Any]) -> Runner:
         """Where sbatch/squeue run: on login.host over SSH, or here.
 
         One runner per login section for the whole command, so that the steps of
@@ -102,13 +109,15 @@ class App:
         key = repr(sorted(login.items())) if login.get("host") else ""
         if key not in self._runners:
             log = self.log if self.verbose else None
-            self._runners[key] = (slurm_runner.LoginRunner(login, log=log) if key
-                                  else slurm_runner.LocalRunner(log=log))
             if key:
-                click.get_current_context().call_on_close(self._runners[key].close)
+                remote = slurm_runner.LoginRunner(login, log=log)
+                click.get_current_context().call_on_close(remote.close)
+                self._runners[key] = remote
+            else:
+                self._runners[key] = slurm_runner.LocalRunner(log=log)
         return self._runners[key]
 
-    def fan_out(self, profile_data: dict[str, Any], deep: bool = False) -> Any:
+    def fan_out(self, profile_data: dict[str, Any], deep: bool = False) -> FanOut:
         """A fan_out bound to the profile's SSH settings.
 
         `deep` allows for the probe's torch import (up to 60 s on a cold node).
@@ -121,7 +130,8 @@ class App:
         if deep and settings.command_timeout < DEEP_COMMAND_TIMEOUT_S:
             settings = dataclasses.replace(settings, command_timeout=DEEP_COMMAND_TIMEOUT_S)
 
-        def run(hosts: list[str], command: str, stdin: bytes | None = None, on_result: Any = None) -> list:
+        def run(hosts: list[str], command: str, stdin: bytes | None = None,
+                on_result: Callable[[HostResult], None] | None = None) -> list[HostResult]:
             if self.verbose:
                 self.log(f"ssh to {len(hosts)} node(s) {describe_ssh(hosts, settings)}: {command}")
             return ssh.fan_out(hosts, command, settings, stdin=stdin, on_result=on_result)
@@ -134,7 +144,7 @@ class App:
         click.echo(f"clusterkit: {line}", err=True)
 
 
-def describe_ssh(hosts: list[str], settings: Any) -> str:
+def describe_ssh(hosts: list[str], settings: SshSettings) -> str:
     """`n[1-2] as ckuser, port 22` (the targets of a fan-out, for --verbose)."""
     from cluster_kit.hostlist import fold
 
