@@ -148,7 +148,7 @@ def test_the_layout_is_the_documented_one() -> None:
 
 
 @pytest.mark.parametrize("module, source, why", [
-    ("report.text", "import paramiko\n", "paramiko"),
+    ("text", "import paramiko\n", "paramiko"),
     ("config.load", "def f():\n    import subprocess\n", "subprocess"),
     ("node.probe", "from cluster_kit import errors\n", "node scripts"),
     ("render.environment", "from cluster_kit.ssh import fanout\n", "pure core"),
