@@ -5,6 +5,7 @@ so commands that do not need them (render, validate) never load them.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +23,19 @@ class App:
         self.verbose = verbose
         self._runners: dict[str, Any] = {}
 
-    def job(self, path: str) -> Any:
+    def job(self, path: str, overrides: Sequence[Any] = ()) -> Any:
+        """The job file loaded and validated, `overrides` (config.overrides.Override) set first."""
         from cluster_kit.config.load import load_job
 
-        return load_job(Path(path), self.search)
+        return load_job(Path(path), self.search, overrides)
 
-    def checked_job(self, path: str, offline: bool = False) -> Any:
+    def checked_job(self, path: str, offline: bool = False, overrides: Sequence[Any] = ()) -> Any:
         """The job file loaded, with its script checked (ValidationError, exit 2, at
         the `script:` line when it is missing). `offline` checks only what is on
         this machine: a profile with a login host has its script looked up there."""
         from cluster_kit.errors import ValidationError
 
-        job = self.job(path)
+        job = self.job(path, overrides)
         problem = self.script_problem(job, offline)
         if problem:
             raise ValidationError([f"{job.where('script')}: {problem}"])
@@ -104,9 +106,18 @@ class App:
             log = self.log if self.verbose else None
             self._runners[key] = (slurm_runner.LoginRunner(login, log=log) if key
                                   else slurm_runner.LocalRunner(log=log))
-            if key:
-                click.get_current_context().call_on_close(self._runners[key].close)
+            context = click.get_current_context(silent=True)
+            if key and context is not None:  # else (the Python API) close() closes it
+                context.call_on_close(self._runners[key].close)
         return self._runners[key]
+
+    def close(self) -> None:
+        """Close the runners' SSH connections (a command's close on its own, through click)."""
+        for runner in self._runners.values():
+            close = getattr(runner, "close", None)
+            if close is not None:
+                close()
+        self._runners.clear()
 
     def fan_out(self, profile_data: dict[str, Any], deep: bool = False) -> Any:
         """A fan_out bound to the profile's SSH settings.
