@@ -277,19 +277,24 @@ def status(app: App, job_id: str, profile_ref: str | None, as_json: bool) -> Non
     """The job's state (squeue, then scontrol or sacct once it ended, then
     clusterkit's record once Slurm forgot it); how it ended."""
     from cluster_kit import lifecycle
+    from cluster_kit.errors import printable
     from cluster_kit.lifecycle import chains
-    from cluster_kit.report.text import format_table, printable
+    from cluster_kit.report.text import format_table
 
     runner = job_runner(app, profile_ref, job_id)
     info = lifecycle.status_or_record(runner, job_id)
     result = lifecycle.job_outcome(runner, info, _launcher(job_id)) if info.finished else None
     chain = job_chain(runner, job_id, info)
+    sweep = sweep_values(runner, job_id)
     if as_json:
-        click.echo(json.dumps(status_document(info, result, chain), indent=2))
+        click.echo(json.dumps(with_sweep(status_document(info, result, chain), sweep), indent=2))
         return
     rows = [[k, str(v)] for k, v in info.items()]
-    rows += [[f"task {t.job_id}", f"{t.state} exit {t.exit_status}" if t.finished else t.state]
-             for t in info.tasks]
+    rows += [[f"task {t.job_id}", (f"{t.state} exit {t.exit_status}" if t.finished else t.state)
+              + task_values_text(sweep, t.job_id)] for t in info.tasks]
+    if sweep and not info.tasks:
+        rows += [[f"task {job_id.split('_', 1)[0]}_{index}", describe(values)] for index, values in sweep.items()
+                 if "_" not in job_id or job_id.endswith(f"_{index}")]
     click.echo(format_table(["FIELD", "VALUE"], rows))
     if info.source == "record":
         click.echo(f"Slurm no longer knows job {job_id}; shown from clusterkit's record", err=True)
@@ -298,6 +303,99 @@ def status(app: App, job_id: str, profile_ref: str | None, as_json: bool) -> Non
     if chain is not None:
         click.echo(format_table(["ATTEMPT", "JOB", "NODES", "ENDED", "CULPRIT"], attempt_rows(chain)))
         click.echo(printable(chains.progress(chain)))
+
+
+def sweep_values(runner: Any, job_id: str) -> dict[str, dict[str, Any]]:
+    """{array index: {dotted key: value}} of a sweep's array job, from its record ({} for any other job)."""
+    from cluster_kit.lifecycle import records, where_key
+
+    record = records.find(job_id, where_key(runner))
+    return {str(index): dict(values) for index, values in enumerate(record.sweep)} if record else {}
+
+
+def task_index(task_id: str) -> str:
+    """`12_3` -> `3` (a folded pending range `12_[4-9]` -> `[4-9]`)."""
+    return task_id.partition("_")[2]
+
+
+def task_values_text(sweep: dict[str, dict[str, Any]], task_id: str) -> str:
+    values = sweep.get(task_index(task_id))
+    return f" ({describe(values)})" if values else ""
+
+
+def describe(values: dict[str, Any]) -> str:
+    from cluster_kit.errors import printable
+    from cluster_kit.render.array import describe as describe_values
+
+    return printable(describe_values(values), keep_newlines=False)
+
+
+def with_sweep(doc: dict[str, Any], sweep: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """`status --json` of a sweep: `sweep` maps each array index to its values, and
+    each task of `tasks` has its `values`."""
+    if not sweep:
+        return doc
+    doc["sweep"] = sweep
+    for task in doc.get("tasks", []):
+        if task_index(str(task.get("job_id"))) in sweep:
+            task["values"] = sweep[task_index(str(task["job_id"]))]
+    if "_" in doc["job_id"]:
+        doc["values"] = sweep.get(task_index(doc["job_id"]))
+    return doc
+
+
+RECENT_S = 24 * 3600  # `jobs` without --all: jobs not known to have ended, and those of the last day
+
+
+def record_state(app: App, record: Any) -> str:
+    """How the record's job stands: how it ended as last seen, else Slurm's state now
+    (UNKNOWN when neither Slurm nor the record says)."""
+    from cluster_kit import lifecycle
+    from cluster_kit.errors import ClusterKitError
+    from cluster_kit.lifecycle.follow import FORGOTTEN
+
+    if record.ended:
+        return str(record.ended.get("state") or FORGOTTEN)
+    try:
+        runner = app.runner(app.profile(record.profile).data if record.where != "local" and record.profile else {})
+        return str(lifecycle.status_or_record(runner, record.job_id).state)
+    except ClusterKitError:
+        return FORGOTTEN
+
+
+@click.command("jobs")
+@click.option("--all", "show_all", is_flag=True,
+              help="Every job record (default: jobs not known to have ended, and those submitted in the last day).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout: each job with its record.")
+@pass_app
+def jobs_command(app: App, show_all: bool, as_json: bool) -> None:
+    """The jobs clusterkit submitted (its job records), newest first, with their state."""
+    import dataclasses
+    import datetime
+
+    from cluster_kit.errors import printable
+    from cluster_kit.lifecycle import records
+    from cluster_kit.report.text import format_table
+
+    now = time.time()
+    found = [r for r in records.all_records()
+             if show_all or not r.ended or now - r.submitted_at < RECENT_S]
+    states = [record_state(app, record) for record in found]
+    if as_json:
+        folder = records.records_dir()
+        docs = [{**dataclasses.asdict(r), "state": state, "record": str(records.record_path(r.job_id, r.where, folder))}
+                for r, state in zip(found, states)]
+        click.echo(json.dumps({"jobs": docs}, indent=2))
+        return
+    rows = []
+    for record, state in zip(found, states):
+        when = datetime.datetime.fromtimestamp(record.submitted_at).strftime("%Y-%m-%d %H:%M")
+        what = f"array {record.array}: {len(record.sweep)} tasks" if record.sweep else ""
+        if record.dependency:
+            what = f"{what}, after {record.dependency}".lstrip(", ")
+        rows.append([record.job_id, printable(record.name, keep_newlines=False), state, when, record.where,
+                     printable(what, keep_newlines=False) or "-"])
+    click.echo(format_table(["JOB", "NAME", "STATE", "SUBMITTED", "WHERE", "NOTE"], rows))
 
 
 def _launcher(job_id: str) -> str:
