@@ -16,6 +16,13 @@ from typing import Any
 from cluster_kit.config.yamlfile import KeyPath, YamlDoc, YamlError, load_value
 from cluster_kit.errors import InputError
 
+# Keys a job file can spell two ways, where one wins (config/effective.py): an override
+# of either drops the other spelling the file has, so that the override is what runs.
+SPELLINGS: dict[KeyPath, KeyPath] = {
+    ("time",): ("slurm", "time"), ("slurm", "time"): ("time",),
+    ("gpus_per_node",): ("slurm", "gpus_per_node"), ("slurm", "gpus_per_node"): ("gpus_per_node",),
+}
+
 SET_FIX = "write --set KEY=VALUE with a dotted key of the job file, e.g. --set slurm.time=01:00:00"
 SWEEP_FIX = "write --sweep KEY=V1,V2,... with a dotted key of the job file, e.g. --sweep env.LR=1e-3,3e-4"
 
@@ -104,12 +111,22 @@ def apply(doc: YamlDoc, overrides: Iterable[Override]) -> YamlDoc:
     for item in overrides:
         path = item.path
         _set(data, path, copy.deepcopy(item.value), item, doc)
+        _drop(data, SPELLINGS.get(path, ()))
         for known in [k for k in lines if k[:len(path)] == path]:
             del lines[known]
         for known in [k for k in sources if k[:len(path)] == path]:
             del sources[known]
         sources[path] = item.source
     return YamlDoc(path=doc.path, data=data, lines=lines, overrides=sources)
+
+
+def _drop(data: dict[str, Any], path: KeyPath) -> None:
+    """Remove the key at `path` when it is there (the other spelling of an overridden key)."""
+    node: Any = data
+    for part in path[:-1]:
+        node = node.get(part) if isinstance(node, dict) else None
+    if path and isinstance(node, dict):
+        node.pop(path[-1], None)
 
 
 def _set(data: dict[str, Any], path: KeyPath, value: Any, item: Override, doc: YamlDoc) -> None:

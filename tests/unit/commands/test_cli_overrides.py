@@ -59,6 +59,12 @@ def test_a_list_is_replaced_whole_or_by_item(job: Path) -> None:
     assert render(job, "args.1=5e-5").rstrip().endswith("train.py --lr 5e-5")
 
 
+def test_a_key_the_file_spells_the_other_way_is_overridden(job: Path) -> None:
+    job.write_text(JOB.replace("nodes: 1", "nodes: 1\ntime: \"00:05:00\""))
+    assert "#SBATCH --time=01:00:00\n" in render(job, "slurm.time=01:00:00")
+    assert "#SBATCH --time=02:00:00\n" in render(job, "time=02:00:00")
+
+
 def test_later_sets_win(job: Path) -> None:
     assert "export LR=2\n" in render(job, "env.LR=1", "env.LR=2")
 
