@@ -233,7 +233,7 @@ def submit_sweep(job_file: PathLike, sweep: Mapping[str, Sequence[Any]], overrid
 def _submit(app: App, job_file: PathLike, overrides: Sequence[Any], preflight: bool, strict: bool,
             after: After, points: Sequence[Mapping[str, Any]] = (), max_parallel: int | None = None) -> Any:
     from cluster_kit import lifecycle
-    from cluster_kit.lifecycle.request import SubmitRequest, submit_job
+    from cluster_kit.lifecycle import SubmitRequest, submit_job
 
     request = SubmitRequest(os.fspath(job_file), overrides=overrides, preflight=preflight, strict=strict,
                             sweep=points, sweep_source="sweep", max_parallel=max_parallel,

@@ -196,7 +196,7 @@ def submit(app: App, job_file: str, dry_run: bool, test_only: bool, no_preflight
     checked, are excluded while enough healthy ones remain.
     """
     from cluster_kit.config.overrides import sweep_points
-    from cluster_kit.lifecycle.request import SubmitRequest, submit_job
+    from cluster_kit.lifecycle import SubmitRequest, submit_job
     from cluster_kit.slurm import jobs
 
     if as_json and dry_run:
