@@ -133,13 +133,15 @@ class Job:
         runner = self._get_runner()
         offsets: dict[str, int] = {}
         partial: dict[str, str] = {}
+        headed: set[str] = set()
         while True:
             info = lifecycle.status_or_record(runner, self.id)
             paths = self._output_paths()
             for task_id, path in paths.items():
                 chunk = jobs.read_path(runner, path, offsets.get(task_id, 0))
                 offsets[task_id] = offsets.get(task_id, 0) + len(chunk.encode())
-                if chunk and len(paths) > 1 and task_id not in partial:
+                if chunk and len(paths) > 1 and task_id not in headed:
+                    headed.add(task_id)
                     yield f"==> {task_id}: {path} <==\n"
                 text = partial.get(task_id, "") + chunk
                 *whole, rest = text.split("\n")
