@@ -5,7 +5,7 @@ so commands that do not need them (render, validate) never load them.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +13,7 @@ import click
 
 if TYPE_CHECKING:
     from cluster_kit.config.documents import Job, Profile
+    from cluster_kit.config.overrides import Override
     from cluster_kit.fleet.preflight import FanOut
     from cluster_kit.slurm.runner import Runner
     from cluster_kit.ssh import HostResult, SshSettings
@@ -29,18 +30,19 @@ class App:
         self.verbose = verbose
         self._runners: dict[str, Runner] = {}
 
-    def job(self, path: str) -> Job:
+    def job(self, path: str, overrides: Sequence[Override] = ()) -> Job:
+        """The job file loaded and validated, `overrides` (config.overrides.Override) set first."""
         from cluster_kit.config.load import load_job
 
-        return load_job(Path(path), self.search)
+        return load_job(Path(path), self.search, overrides)
 
-    def checked_job(self, path: str, offline: bool = False) -> Job:
+    def checked_job(self, path: str, offline: bool = False, overrides: Sequence[Override] = ()) -> Job:
         """The job file loaded, with its script checked (ValidationError, exit 2, at
         the `script:` line when it is missing). `offline` checks only what is on
         this machine: a profile with a login host has its script looked up there."""
         from cluster_kit.errors import ValidationError
 
-        job = self.job(path)
+        job = self.job(path, overrides)
         problem = self.script_problem(job, offline)
         if problem:
             raise ValidationError([f"{job.where('script')}: {problem}"])
@@ -111,11 +113,21 @@ class App:
             log = self.log if self.verbose else None
             if key:
                 remote = slurm_runner.LoginRunner(login, log=log)
-                click.get_current_context().call_on_close(remote.close)
+                context = click.get_current_context(silent=True)
+                if context is not None:  # else (the Python API) close() closes it
+                    context.call_on_close(remote.close)
                 self._runners[key] = remote
             else:
                 self._runners[key] = slurm_runner.LocalRunner(log=log)
         return self._runners[key]
+
+    def close(self) -> None:
+        """Close the runners' SSH connections (a command's close on its own, through click)."""
+        for runner in self._runners.values():
+            close = getattr(runner, "close", None)
+            if close is not None:
+                close()
+        self._runners.clear()
 
     def fan_out(self, profile_data: dict[str, Any], deep: bool = False) -> FanOut:
         """A fan_out bound to the profile's SSH settings.

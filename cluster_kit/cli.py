@@ -15,7 +15,14 @@ from cluster_kit.commands.audit import audit
 from cluster_kit.commands.bench import bench
 from cluster_kit.commands.ddp import analyze
 from cluster_kit.commands.init import init
-from cluster_kit.commands.jobs import cancel, diagnose, logs, status, submit
+from cluster_kit.commands.jobs import (
+    cancel,
+    diagnose,
+    jobs_command,
+    logs,
+    status,
+    submit,
+)
 from cluster_kit.commands.local import profiles, render, schema_command, validate
 from cluster_kit.commands.nodes import preflight, probe
 
@@ -32,7 +39,8 @@ def cli(ctx: click.Context, profile_path: tuple[str, ...], verbose: bool) -> Non
     ctx.obj = App(profile_path, verbose)
 
 
-for _command in (profiles, render, schema_command, validate, submit, status, cancel, logs, diagnose, bench, preflight,
+for _command in (profiles, render, schema_command, validate, submit, status, cancel, logs, diagnose, jobs_command,
+                 bench, preflight,
                  probe, audit, init, analyze):
     cli.add_command(_command)
 

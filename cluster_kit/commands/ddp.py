@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from cluster_kit.app import App, pass_app
-from cluster_kit.commands.options import write_output
+from cluster_kit.commands.options import parse_sets, set_option, write_output
 from cluster_kit.errors import CheckFailed, InputError
 
 FORMATS = ("table", "json", "html")
@@ -91,9 +91,11 @@ def analyze(folder: str, allreduce_json: str | None, as_json: bool, fmt: str | N
               help="With --sweep: only these variants (repeatable), e.g. bucket_cap_mb=100.")
 @click.option("--allreduce-json", metavar="FILE", help="A `bench allreduce --json` result to set beside the collectives.")
 @format_options
+@set_option
 @pass_app
 def bench_ddp(app: App, job_file: str, steps: int, sweep: bool, variants: tuple[str, ...],
-              allreduce_json: str | None, as_json: bool, fmt: str | None, output: str | None) -> None:
+              allreduce_json: str | None, as_json: bool, fmt: str | None, output: str | None,
+              sets: tuple[str, ...]) -> None:
     """Submit JOB_FILE with step profiling on; report where each rank's step time goes."""
     from cluster_kit import lifecycle
     from cluster_kit.analysis.report import SweepRun
@@ -105,7 +107,7 @@ def bench_ddp(app: App, job_file: str, steps: int, sweep: bool, variants: tuple[
     if variants and not sweep:
         raise click.UsageError("--variant picks variants of --sweep; add --sweep")
     rows = core.read_allreduce_json(allreduce_json) if allreduce_json else None
-    job = app.checked_job(job_file)
+    job = app.checked_job(job_file, overrides=parse_sets(sets))
     settings = effective(job, supervised=False)
     chosen = core.choose_variants(bool(settings["cuda_graphs"]), variants) if sweep else None
     trace_dir = core.profile_dir(job_output_dir(job), settings["workdir"])

@@ -1,7 +1,6 @@
 """Commands about jobs: submit, status, cancel, logs, diagnose."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import shlex
 import sys
@@ -11,8 +10,13 @@ from typing import Any
 import click
 
 from cluster_kit.app import App, pass_app
-from cluster_kit.commands.options import profile_option, run_preflight_for
-from cluster_kit.errors import CheckFailed, ClusterRefused, exit_with
+from cluster_kit.commands.options import (
+    parse_sets,
+    profile_option,
+    progress,
+    set_option,
+)
+from cluster_kit.errors import ClusterRefused, exit_with
 
 # Directories and unreadable files pass click, so that the loader names them with the fix.
 JOB_FILE = click.Path(exists=True, readable=False)
@@ -56,25 +60,6 @@ def job_output_dir(job: Any) -> str | None:
     return output_dir(job.data)
 
 
-def submit_script(app: App, job: Any, settings: dict[str, Any], script: str, test_only: bool,
-                  dry_run: bool, preflight: dict | None = None, excluded: dict | None = None,
-                  echo: bool = True) -> str | None:
-    """sbatch the script (or print what would run): the job id, or Slurm's
-    --test-only verdict; None for a dry run."""
-    from cluster_kit import lifecycle
-    from cluster_kit.slurm import jobs
-
-    if dry_run:
-        click.echo(f"# {shlex.join(jobs.sbatch_argv(test_only))} < script")
-        click.echo(script, nl=False)
-        return None
-    result = lifecycle.submit(app.runner(job.profile.data), job, settings, script,
-                              preflight=preflight, excluded=excluded, test_only=test_only)
-    if echo:
-        click.echo(result)
-    return result
-
-
 def sbatch_job(app: App, job: Any, script: str, settings: dict[str, Any] | None = None) -> str:
     """Submit a script rendered from the job (a benchmark's, never supervised): its job id, with a record."""
     from cluster_kit import lifecycle
@@ -94,77 +79,6 @@ def state_reporter(job_id: str) -> Any:
     if not sys.stderr.isatty():
         return None
     return state_changes(lambda line: click.echo(line, err=True))
-
-
-def expand_setting(value: str | None) -> list[str]:
-    """A validated hostlist setting (slurm.nodelist/exclude) as node names."""
-    from cluster_kit import hostlist
-
-    return hostlist.expand(value) if value else []
-
-
-def job_candidates(app: App, job: Any, settings: dict[str, Any]) -> Any:
-    """The nodes Slurm could give the job (routing.candidate_nodes on sinfo's view)."""
-    from cluster_kit.fleet import routing
-    from cluster_kit.slurm import jobs
-
-    slurm_settings = settings["slurm"]
-    runner = app.runner(job.profile.data)
-    rows = jobs.node_states(runner, slurm_settings["partition"])
-    if not rows:
-        raise ClusterRefused(f"sinfo lists no nodes for partition {slurm_settings['partition']!r} "
-                             f"{runner.where}", fix="check slurm.partition against `sinfo -s`")
-    pool = expand_setting(job.profile.data.get("nodes")) or [row.node for row in rows]
-    candidates = routing.candidate_nodes(pool, rows, expand_setting(slurm_settings["nodelist"]),
-                                         expand_setting(slurm_settings["exclude"]))
-    if app.verbose:
-        for node, why in candidates.left_out.items():
-            app.log(f"not a candidate for the job: {node} ({why})")
-    if not candidates.nodes:
-        left = ", ".join(f"{node} ({why})" for node, why in candidates.left_out.items()
-                         if candidates.unchecked.get(node) != routing.UNCHECKED_POOL)
-        raise CheckFailed(f"no node Slurm could give this job: {left or 'the partition is empty'}",
-                          fix="resume or undrain nodes (clusterkit audit --undrain --apply), or check "
-                              "nodes, slurm.partition, slurm.nodelist and slurm.exclude")
-    return candidates
-
-
-def preflight_and_route(app: App, job: Any, settings: dict[str, Any], strict: bool) -> tuple[Any, dict]:
-    """Preflight the job's candidates; the route around failing ones and the report.
-
-    Raises CheckFailed (exit 1, nothing submitted) when the route is refused.
-    """
-    from cluster_kit.fleet import routing
-    from cluster_kit.report.preflight import preflight_table
-
-    candidates = job_candidates(app, job, settings)
-    # The job's own expectations: a job with gpus_per_node: 0 demands no GPUs of its nodes.
-    checked = dataclasses.replace(job.profile, data={**job.profile.data, "expect": settings["expect"]})
-    report, _facts = run_preflight_for(app, checked, candidates.nodes, deep=False)
-    route = routing.plan_route(candidates, report, int(settings["nodes"]), strict,
-                               expand_setting(settings["slurm"]["exclude"]))
-    if route.refusal:
-        raise CheckFailed(f"preflight failed; not submitting: {route.refusal}\n" + preflight_table(report),
-                          fix=routing.refusal_fix(route, candidates))
-    return route, report
-
-
-def report_excluded(route: Any, report: dict) -> None:
-    """One stderr line per node routed around, with its failing checks, and one
-    per reason for the nodes excluded because submit did not check them."""
-    from cluster_kit.hostlist import fold
-
-    entries = {entry["node"]: entry for entry in report.get("nodes", [])}
-    unchecked: dict[str, list[str]] = {}
-    for node in route.excluded:
-        if node in route.unchecked:
-            unchecked.setdefault(route.unchecked[node], []).append(node)
-            continue
-        checks = [f"{c['id']}: {c.get('message', '')}".rstrip(": ")
-                  for c in entries[node].get("checks", []) if c.get("status") in ("fail", "unreachable")]
-        click.echo(f"clusterkit: excluding {node} (--exclude): {'; '.join(checks)}", err=True)
-    for why, nodes in unchecked.items():
-        click.echo(f"clusterkit: excluding {fold(nodes)} (--exclude): not preflighted: {why}", err=True)
 
 
 def cancel_hint(job: Any, job_id: str) -> str:
@@ -224,13 +138,32 @@ def say_restart(line: str) -> None:
 
 
 def submit_document(job_id: str | None, route: Any, report: dict | None,
-                    test_only: str | None = None) -> dict[str, Any]:
-    """`submit --json`: job id, the nodes routed around with their checks, the preflight."""
+                    test_only: str | None = None, submitted: Any = None) -> dict[str, Any]:
+    """`submit --json`: job id, the nodes routed around with their checks, the preflight;
+    a sweep's array and each index's values; the dependency."""
     doc: dict[str, Any] = {"job_id": job_id, "excluded": dict(route.excluded) if route else {},
                            "preflight": report}
     if test_only is not None:
         doc["test_only"] = test_only
+    if submitted is not None and submitted.array:
+        doc["array"] = submitted.array
+        doc["sweep"] = submitted.sweep_map()
+    if submitted is not None and submitted.dependency:
+        doc["dependency"] = submitted.dependency
     return doc
+
+
+def sweep_axes(sweeps: tuple[str, ...]) -> dict[str, list[Any]]:
+    """`--sweep KEY=V1,V2` options as {key: values}; a key given twice is a usage error."""
+    from cluster_kit.config.overrides import parse_sweep
+
+    axes: dict[str, list[Any]] = {}
+    for text in sweeps:
+        key, values = parse_sweep(text)
+        if key in axes:
+            raise click.UsageError(f"--sweep {key} is given twice; list all its values in one --sweep")
+        axes[key] = values
+    return axes
 
 
 @click.command()
@@ -244,37 +177,49 @@ def submit_document(job_id: str | None, route: Any, report: dict | None,
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON document on stdout: job id, excluded nodes, preflight report "
                    "(with --wait: printed once the job ended, with its state and exit code).")
+@set_option
+@click.option("--sweep", "sweeps", multiple=True, metavar="KEY=V1,V2,...",
+              help="Run the job once per value (the product of several --sweep) as ONE array job; "
+                   "each task gets its values as --set would, its own MASTER_PORT and output file.")
+@click.option("--max-parallel", type=click.IntRange(min=1), metavar="N",
+              help="With --sweep: at most N array tasks at a time (--array=0-K%N).")
+@click.option("--after", "after", multiple=True, metavar="JOBID[:ok|any|notok]",
+              help="Start once job JOBID ended: ok (default) when it completed, any however it ended, "
+                   "notok when it failed (sbatch --dependency).")
 @pass_app
 def submit(app: App, job_file: str, dry_run: bool, test_only: bool, no_preflight: bool,
-           strict: bool, wait: bool, as_json: bool) -> None:
+           strict: bool, wait: bool, as_json: bool, sets: tuple[str, ...], sweeps: tuple[str, ...],
+           max_parallel: int | None, after: tuple[str, ...]) -> None:
     """Preflight the job's nodes, render and sbatch JOB_FILE; print the job id.
 
     Nodes failing preflight, and nodes Slurm could give the job that were not
     checked, are excluded while enough healthy ones remain.
     """
-    from cluster_kit.config.effective import effective
-    from cluster_kit.render.environment import render_job
+    from cluster_kit.config.overrides import sweep_points
+    from cluster_kit.lifecycle import SubmitRequest, submit_job
+    from cluster_kit.slurm import jobs
 
     if as_json and dry_run:
         raise click.UsageError("--json and --dry-run do not mix: --dry-run prints the script")
-    job = app.checked_job(job_file, offline=dry_run)
-    settings = effective(job)
-    script = render_job(settings, app.search.template_dirs())  # bad input fails before any node is contacted
-    route, report = None, None
-    if not (dry_run or no_preflight):
-        route, report = preflight_and_route(app, job, settings, strict)
-        if route.exclude:
-            settings["slurm"]["exclude"] = route.exclude_expr
-            script = render_job(settings, app.search.template_dirs())
-            report_excluded(route, report)
-    result = submit_script(app, job, settings, script, test_only, dry_run, preflight=report,
-                           excluded=dict(route.excluded) if route else None, echo=not as_json)
-    job_id = None if (test_only or dry_run) else result
-    doc = submit_document(job_id, route, report, result if test_only else None) if as_json else None
+    if max_parallel is not None and not sweeps:
+        raise click.UsageError("--max-parallel limits the tasks of a --sweep; add --sweep")
+    request = SubmitRequest(job_file, overrides=parse_sets(sets), preflight=not no_preflight, strict=strict,
+                            dry_run=dry_run, test_only=test_only,
+                            sweep=sweep_points(sweep_axes(sweeps)) if sweeps else (),
+                            max_parallel=max_parallel, after=after)
+    done = submit_job(app, request, notify=lambda line: click.echo(line, err=True), progress=progress)
+    if dry_run:
+        click.echo(f"# {shlex.join(jobs.sbatch_argv(test_only))} < script")
+        click.echo(done.script, nl=False)
+        return
+    if not as_json:
+        click.echo(done.test_only if test_only else done.job_id)
+    job_id = done.job_id
+    doc = submit_document(job_id, done.route, done.report, done.test_only, done) if as_json else None
     if doc is not None and not (wait and job_id):
         click.echo(json.dumps(doc, indent=2))
     if job_id:
-        follow_job(app, job, job_id, wait, doc if wait else None)
+        follow_job(app, done.job, job_id, wait, doc if wait else None)
 
 
 def status_document(status: Any, result: Any, chain: Any = None) -> dict[str, Any]:
@@ -332,19 +277,24 @@ def status(app: App, job_id: str, profile_ref: str | None, as_json: bool) -> Non
     """The job's state (squeue, then scontrol or sacct once it ended, then
     clusterkit's record once Slurm forgot it); how it ended."""
     from cluster_kit import lifecycle
+    from cluster_kit.errors import printable
     from cluster_kit.lifecycle import chains
-    from cluster_kit.text import format_table, printable
+    from cluster_kit.text import format_table
 
     runner = job_runner(app, profile_ref, job_id)
     info = lifecycle.status_or_record(runner, job_id)
     result = lifecycle.job_outcome(runner, info, _launcher(job_id)) if info.finished else None
     chain = job_chain(runner, job_id, info)
+    sweep = sweep_values(runner, job_id)
     if as_json:
-        click.echo(json.dumps(status_document(info, result, chain), indent=2))
+        click.echo(json.dumps(with_sweep(status_document(info, result, chain), sweep), indent=2))
         return
     rows = [[k, str(v)] for k, v in info.items()]
-    rows += [[f"task {t.job_id}", f"{t.state} exit {t.exit_status}" if t.finished else t.state]
-             for t in info.tasks]
+    rows += [[f"task {t.job_id}", (f"{t.state} exit {t.exit_status}" if t.finished else t.state)
+              + task_values_text(sweep, t.job_id)] for t in info.tasks]
+    if sweep and not info.tasks:
+        rows += [[f"task {job_id.split('_', 1)[0]}_{index}", describe(values)] for index, values in sweep.items()
+                 if "_" not in job_id or job_id.endswith(f"_{index}")]
     click.echo(format_table(["FIELD", "VALUE"], rows))
     if info.source == "record":
         click.echo(f"Slurm no longer knows job {job_id}; shown from clusterkit's record", err=True)
@@ -353,6 +303,99 @@ def status(app: App, job_id: str, profile_ref: str | None, as_json: bool) -> Non
     if chain is not None:
         click.echo(format_table(["ATTEMPT", "JOB", "NODES", "ENDED", "CULPRIT"], attempt_rows(chain)))
         click.echo(printable(chains.progress(chain)))
+
+
+def sweep_values(runner: Any, job_id: str) -> dict[str, dict[str, Any]]:
+    """{array index: {dotted key: value}} of a sweep's array job, from its record ({} for any other job)."""
+    from cluster_kit.lifecycle import records, where_key
+
+    record = records.find(job_id, where_key(runner))
+    return {str(index): dict(values) for index, values in enumerate(record.sweep)} if record else {}
+
+
+def task_index(task_id: str) -> str:
+    """`12_3` -> `3` (a folded pending range `12_[4-9]` -> `[4-9]`)."""
+    return task_id.partition("_")[2]
+
+
+def task_values_text(sweep: dict[str, dict[str, Any]], task_id: str) -> str:
+    values = sweep.get(task_index(task_id))
+    return f" ({describe(values)})" if values else ""
+
+
+def describe(values: dict[str, Any]) -> str:
+    from cluster_kit.errors import printable
+    from cluster_kit.render.array import describe as describe_values
+
+    return printable(describe_values(values), keep_newlines=False)
+
+
+def with_sweep(doc: dict[str, Any], sweep: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """`status --json` of a sweep: `sweep` maps each array index to its values, and
+    each task of `tasks` has its `values`."""
+    if not sweep:
+        return doc
+    doc["sweep"] = sweep
+    for task in doc.get("tasks", []):
+        if task_index(str(task.get("job_id"))) in sweep:
+            task["values"] = sweep[task_index(str(task["job_id"]))]
+    if "_" in doc["job_id"]:
+        doc["values"] = sweep.get(task_index(doc["job_id"]))
+    return doc
+
+
+RECENT_S = 24 * 3600  # `jobs` without --all: jobs not known to have ended, and those of the last day
+
+
+def record_state(app: App, record: Any) -> str:
+    """How the record's job stands: how it ended as last seen, else Slurm's state now
+    (UNKNOWN when neither Slurm nor the record says)."""
+    from cluster_kit import lifecycle
+    from cluster_kit.errors import ClusterKitError
+    from cluster_kit.lifecycle.follow import FORGOTTEN
+
+    if record.ended:
+        return str(record.ended.get("state") or FORGOTTEN)
+    try:
+        runner = app.runner(app.profile(record.profile).data if record.where != "local" and record.profile else {})
+        return str(lifecycle.status_or_record(runner, record.job_id).state)
+    except ClusterKitError:
+        return FORGOTTEN
+
+
+@click.command("jobs")
+@click.option("--all", "show_all", is_flag=True,
+              help="Every job record (default: jobs not known to have ended, and those submitted in the last day).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout: each job with its record.")
+@pass_app
+def jobs_command(app: App, show_all: bool, as_json: bool) -> None:
+    """The jobs clusterkit submitted (its job records), newest first, with their state."""
+    import dataclasses
+    import datetime
+
+    from cluster_kit.errors import printable
+    from cluster_kit.lifecycle import records
+    from cluster_kit.text import format_table
+
+    now = time.time()
+    found = [r for r in records.all_records()
+             if show_all or not r.ended or now - r.submitted_at < RECENT_S]
+    states = [record_state(app, record) for record in found]
+    if as_json:
+        folder = records.records_dir()
+        docs = [{**dataclasses.asdict(r), "state": state, "record": str(records.record_path(r.job_id, r.where, folder))}
+                for r, state in zip(found, states)]
+        click.echo(json.dumps({"jobs": docs}, indent=2))
+        return
+    rows = []
+    for record, state in zip(found, states):
+        when = datetime.datetime.fromtimestamp(record.submitted_at).strftime("%Y-%m-%d %H:%M")
+        what = f"array {record.array}: {len(record.sweep)} tasks" if record.sweep else ""
+        if record.dependency:
+            what = f"{what}, after {record.dependency}".lstrip(", ")
+        rows.append([record.job_id, printable(record.name, keep_newlines=False), state, when, record.where,
+                     printable(what, keep_newlines=False) or "-"])
+    click.echo(format_table(["JOB", "NAME", "STATE", "SUBMITTED", "WHERE", "NOTE"], rows))
 
 
 def _launcher(job_id: str) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from cluster_kit.app import App, pass_app
-from cluster_kit.commands.options import write_output
+from cluster_kit.commands.options import parse_sets, set_option, write_output
 from cluster_kit.errors import ValidationError
 
 
@@ -15,8 +15,9 @@ from cluster_kit.errors import ValidationError
 @click.argument("files", nargs=-1, required=True, type=click.Path(readable=False))
 @click.option("--offline", is_flag=True,
               help="Touch no cluster: a job's script on the login host is not looked for.")
+@set_option
 @pass_app
-def validate(app: App, files: tuple[str, ...], offline: bool) -> None:
+def validate(app: App, files: tuple[str, ...], offline: bool, sets: tuple[str, ...]) -> None:
     """Check profiles and job files; print every problem as FILE:LINE: message.
 
     A job file's script must exist (on the login host, over SSH, when its profile
@@ -25,7 +26,7 @@ def validate(app: App, files: tuple[str, ...], offline: bool) -> None:
     from cluster_kit.config.load import validate_files
 
     problems = validate_files([Path(f) for f in files], app.search,
-                              check_job=lambda job: validate_job(app, job, offline))
+                              check_job=lambda job: validate_job(app, job, offline), overrides=parse_sets(sets))
     if problems:
         raise ValidationError(problems)
     click.echo(f"{len(files)} file(s) valid")
@@ -108,13 +109,15 @@ def schema_command(kind: str) -> None:
 @click.command()
 @click.argument("job_file", type=click.Path(exists=True, readable=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the script here.")
+@set_option
 @pass_app
-def render(app: App, job_file: str, output: str | None) -> None:
+def render(app: App, job_file: str, output: str | None, sets: tuple[str, ...]) -> None:
     """Print (or write) the sbatch script of JOB_FILE; touches no cluster."""
     from cluster_kit.config.effective import effective
     from cluster_kit.render.environment import render_job
 
-    script = render_job(effective(app.checked_job(job_file, offline=True)), app.search.template_dirs())
+    job = app.checked_job(job_file, offline=True, overrides=parse_sets(sets))
+    script = render_job(effective(job), app.search.template_dirs())
     if output:
         write_output("-o", output, script, "the script")
     else:

@@ -26,6 +26,20 @@ def profile_option(f: Callable | None = None, *, required: bool = True,
     return option(f) if f is not None else option
 
 
+def set_option(f: Callable) -> Callable:
+    """`--set KEY=VALUE` (repeatable): a key of the job file, the value read as YAML."""
+    return click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                        help="Set a key of the job file (dotted: slurm.time, env.LR; the value is read "
+                             "as YAML), validated like the file (repeatable).")(f)
+
+
+def parse_sets(sets: tuple[str, ...]) -> list[Any]:
+    """The `--set` options as overrides (InputError, exit 2, for one that is not KEY=VALUE)."""
+    from cluster_kit.config.overrides import parse_set
+
+    return [parse_set(text) for text in sets]
+
+
 def nodes_option(f: Callable) -> Callable:
     return click.option("--nodes", "nodes_expr", metavar="HOSTLIST",
                         help="Slurm hostlist; default: the profile's nodes, else sinfo -p PARTITION.")(f)

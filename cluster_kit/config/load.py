@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 from cluster_kit.config import jobchecks, spec, specs
 from cluster_kit.config.documents import Job, Profile
 from cluster_kit.config.jobscript import interpreter_path
+from cluster_kit.config.overrides import Override
+from cluster_kit.config.overrides import apply as apply_overrides
 from cluster_kit.config.problems import Problems
 from cluster_kit.config.search import same_file
 from cluster_kit.config.yamlfile import KeyPath, YamlDoc, YamlError
@@ -157,8 +159,9 @@ def _key_paths(value: Any, prefix: KeyPath) -> Iterable[KeyPath]:
 # jobs
 
 
-def load_job(path: Path, search: SearchPath) -> Job:
-    """Load and validate a job file and its profile; every problem at once."""
+def load_job(path: Path, search: SearchPath, overrides: Sequence[Override] = ()) -> Job:
+    """Load and validate a job file and its profile, `overrides` set first (validated
+    like the file, reported at `--set KEY`); every problem at once."""
     problems = Problems()
     try:
         doc = load_yaml(path)
@@ -166,6 +169,7 @@ def load_job(path: Path, search: SearchPath) -> Job:
         problems.add_yaml_error(exc)
         problems.raise_if_any()
         raise
+    doc = apply_overrides(doc, overrides)
     if looks_like_profile(doc.data):
         problems.add(doc.path, 1, f"{doc.path.name} is a cluster profile, not a job file; "
                      + _PROFILE_NOT_JOB_FIX.format(path=doc.path))
@@ -181,6 +185,7 @@ def _job_from(doc: YamlDoc, profile: Profile) -> Job:
     data = spec.with_defaults(doc.data, specs.JOB)
     data["name"] = data.get("name") or default_job_name(doc.path)
     origins = {key: f"{doc.path}:{line}" for key, line in doc.lines.items()}
+    origins.update(doc.overrides)
     return Job(name=data["name"], path=doc.path, data=data, profile=profile, origins=origins)
 
 
@@ -308,8 +313,9 @@ JobCheck = Callable[[Job], Iterable[tuple[str, str]]]
 
 
 def validate_files(paths: Sequence[Path], search: SearchPath,
-                   check_job: JobCheck | None = None) -> list[str]:
-    """Every problem of the given profiles and job files (the `validate` command).
+                   check_job: JobCheck | None = None, overrides: Sequence[Override] = ()) -> list[str]:
+    """Every problem of the given profiles and job files (the `validate` command);
+    `overrides` (`--set`) are set in each job file first.
 
     `check_job(job)` adds what needs more than the files (the script on disk, the
     rendered template) for each job file without problems: (key, message) pairs,
@@ -325,9 +331,10 @@ def validate_files(paths: Sequence[Path], search: SearchPath,
         if not _validates_as_job(doc.data):
             _resolve_profile(path, search, problems, loaded=doc)
             continue
+        doc = apply_overrides(doc, overrides)
         before = problems.count()
         profile = _check_job(doc, search, problems)
         if check_job is not None and profile is not None and problems.count() == before:
             for key, message in check_job(_job_from(doc, profile)):
-                problems.add(doc.path, doc.line((key,)), message)
+                problems.add_key(doc, (key,), message)
     return problems.lines()

@@ -5,7 +5,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from cluster_kit.config import spec
-from cluster_kit.config.yamlfile import YamlDoc, YamlError
+from cluster_kit.config.yamlfile import KeyPath, YamlDoc, YamlError
 from cluster_kit.errors import ValidationError, printable
 
 
@@ -22,6 +22,14 @@ class Problems:
     def add_doc(self, doc: YamlDoc, problems: Iterable[spec.Problem]) -> None:
         """Schema problems of one loaded file."""
         for key_path, message in problems:
+            self.add_key(doc, key_path, message)
+
+    def add_key(self, doc: YamlDoc, key_path: KeyPath, message: str) -> None:
+        """A problem at a key: its FILE:LINE, or `--set KEY` when an override set it."""
+        source = doc.override_source(key_path)
+        if source is not None:
+            self._items.append((source, 0, printable(message, keep_newlines=False)))
+        else:
             self.add(doc.path, doc.line(key_path), message)
 
     def add_yaml_error(self, exc: YamlError) -> None:
@@ -38,7 +46,8 @@ class Problems:
         for path, _, _ in self._items:
             order.setdefault(path, len(order))
         ranked = sorted(enumerate(self._items), key=lambda it: (order[it[1][0]], it[1][1], it[0]))
-        out = [f"{path}:{line}: {message}" for _, (path, line, message) in ranked]
+        out = [f"{path}:{line}: {message}" if line else f"{path}: {message}"
+               for _, (path, line, message) in ranked]
         return list(dict.fromkeys(out))
 
     def raise_if_any(self) -> None:

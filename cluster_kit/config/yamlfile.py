@@ -154,6 +154,19 @@ class YamlDoc:
     path: Path
     data: dict[str, Any]
     lines: dict[KeyPath, int] = field(default_factory=dict)
+    # key paths set by overrides (`--set KEY=VALUE`) -> where they came from (`--set KEY`)
+    overrides: dict[KeyPath, str] = field(default_factory=dict)
+
+    def override_source(self, path: KeyPath) -> str | None:
+        """`--set KEY` when `path` (or the nearest ancestor that has a place) came from an
+        override, None when it came from the file."""
+        while path:
+            if path in self.overrides:
+                return self.overrides[path]
+            if path in self.lines:
+                return None
+            path = path[:-1]
+        return None
 
     def line(self, path: KeyPath) -> int:
         """Line of `path`, or of its nearest ancestor that has one (1 for the root)."""
@@ -172,6 +185,23 @@ def nearest(table: Mapping[KeyPath, _T], path: KeyPath) -> _T | None:
             return table[path]
         path = path[:-1]
     return None
+
+
+def load_value(text: str) -> Any:
+    """One value written on a command line (`--set KEY=VALUE`), read as YAML by the
+    same rules as the files (`01:00:00` stays text); YamlError at line 1 when it cannot be."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        return loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as exc:
+        raise YamlError(Path("<value>"), 1, exc.problem or "invalid YAML",
+                        fix="quote the value to keep it as text") from None
+    except (yaml.YAMLError, RecursionError, *_CONSTRUCT_ERRORS) as exc:
+        raise YamlError(Path("<value>"), 1, str(exc) or "invalid YAML",
+                        fix="quote the value to keep it as text") from None
+    finally:
+        loader.dispose()
 
 
 def load(path: str | Path) -> YamlDoc:

@@ -1,5 +1,8 @@
 """One job lifecycle for every command: submit, follow, explain, cancel.
 
+`submit_job` (request.py) is the one submit of `clusterkit submit` and of the
+Python API (`cluster_kit.submit`): overrides, sweeps as array jobs, dependencies.
+
 `submit`, `bench allreduce` and `bench ddp` submit and wait through here, so a
 job Slurm can never start is cancelled the same way everywhere, every job gets
 a record, and every ended job is explained the same way (Slurm's state, the
@@ -23,8 +26,27 @@ from cluster_kit.lifecycle.follow import (
                                           wait,
 )
 from cluster_kit.lifecycle.records import JobRecord
+from cluster_kit.lifecycle.request import SubmitRequest, Submitted, submit_job
 from cluster_kit.lifecycle.submission import refuse_never_start, submit, where_key
 
-__all__ = ["Chain", "JobRecord", "Outcome", "chain_outcome", "explain_status", "find_chain", "job_outcome",
-           "read_chain", "refuse_never_start", "remember_chain", "restart_line", "state_changes",
-           "status_or_record", "submit", "wait", "where_key"]
+__all__ = [
+                                          "Chain",
+                                          "JobRecord",
+                                          "Outcome",
+                                          "SubmitRequest",
+                                          "Submitted",
+                                          "chain_outcome",
+                                          "explain_status",
+                                          "find_chain",
+                                          "job_outcome",
+                                          "read_chain",
+                                          "refuse_never_start",
+                                          "remember_chain",
+                                          "restart_line",
+                                          "state_changes",
+                                          "status_or_record",
+                                          "submit",
+                                          "submit_job",
+                                          "wait",
+                                          "where_key",
+]

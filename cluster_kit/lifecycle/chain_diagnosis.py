@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from cluster_kit.errors import ClusterRefused
 from cluster_kit.hostlist import NodeSet
 from cluster_kit.lifecycle.chains import Chain
-from cluster_kit.lifecycle.diagnosis import ended_as
+from cluster_kit.lifecycle.follow import ended_as
 from cluster_kit.slurm import builders as slurm
 from cluster_kit.supervisor.record import FAILURES, REQUEUES, count
 

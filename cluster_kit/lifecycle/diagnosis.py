@@ -19,18 +19,6 @@ if TYPE_CHECKING:
     from cluster_kit.lifecycle.follow import Outcome
     from cluster_kit.slurm.runner import Runner
 
-_ENDED = {"COMPLETED": "completed", "TIMEOUT": "time_limit", "DEADLINE": "time_limit",
-          "NODE_FAIL": "node_failure", "BOOT_FAIL": "node_failure", "PREEMPTED": "preempted",
-          "CANCELLED": "cancelled"}
-
-
-def ended_as(status: jobs.JobStatus) -> str:
-    """The attempt's end in the product's words (`running` until it ended)."""
-    if not status.finished:
-        return "running"
-    return _ENDED.get(slurm.base_state(status.state), "crash")
-
-
 def last_rank_line(text: str, rank: int) -> str | None:
     """The last line PyTorch prefixed with `[rankN]:` (its traceback's last line)."""
     lines = [line for line in text.splitlines() if line.startswith(f"[rank{rank}]:")]
@@ -72,7 +60,7 @@ def diagnose(runner: Runner, job_id: str, launcher: str = "srun") -> dict[str, A
     chain, else the job's single attempt."""
     from cluster_kit.lifecycle.chain_diagnosis import diagnose_chain
     from cluster_kit.lifecycle.chains import find_chain, remember_chain
-    from cluster_kit.lifecycle.follow import job_outcome, status_or_record
+    from cluster_kit.lifecycle.follow import ended_as, job_outcome, status_or_record
     from cluster_kit.lifecycle.submission import where_key
 
     status = status_or_record(runner, job_id)

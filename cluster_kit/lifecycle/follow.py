@@ -27,6 +27,17 @@ FORGOTTEN = "UNKNOWN"  # the state of a job Slurm forgot and no record says how 
 RECORD_READS = 10
 
 
+_ENDED = {"COMPLETED": "completed", "TIMEOUT": "time_limit", "DEADLINE": "time_limit",
+          "NODE_FAIL": "node_failure", "BOOT_FAIL": "node_failure", "PREEMPTED": "preempted",
+          "CANCELLED": "cancelled"}
+
+
+def ended_as(status: jobs.JobStatus) -> str:
+    """The attempt's end in the product's words (`running` until it ended)."""
+    if not status.finished:
+        return "running"
+    return _ENDED.get(slurm.base_state(status.state), "crash")
+
 @dataclass(frozen=True)
 class Outcome:
     """How a job (or one array task) ended, in one sentence and as data."""

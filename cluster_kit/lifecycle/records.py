@@ -44,6 +44,12 @@ class JobRecord:
     preflight: dict[str, Any] | None = None
     ended: dict[str, Any] | None = None  # {"state", "exit_status", "explanation"} once seen
     chain_id: str | None = None     # a restart of a `resilience:` job: the id of the chain's first job
+    overrides: dict[str, Any] = field(default_factory=dict)  # `--set` / the API's overrides, by dotted key
+    sweep: list[dict[str, Any]] = field(default_factory=list)  # array index -> {dotted key: value}
+    array: str | None = None        # `--array` of a sweep (`0-2%2`)
+    dependency: str | None = None   # `--dependency` (`afterok:12`)
+    git_commit: str | None = None   # of the job's script's tree, where it was submitted from
+    git_dirty: bool | None = None   # whether that tree had uncommitted changes
     version: int = RECORD_VERSION
 
     def to_json(self) -> str:

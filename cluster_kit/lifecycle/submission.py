@@ -28,15 +28,19 @@ def output_dir(settings: dict[str, Any]) -> str | None:
 
 def submit(runner: Runner, job: Any, settings: dict[str, Any], script: str, *,
            preflight: dict[str, Any] | None = None, excluded: dict[str, list[str]] | None = None,
-           test_only: bool = False) -> str:
+           test_only: bool = False, record_extra: dict[str, Any] | None = None) -> str:
     """Make the output folder, sbatch the script and keep the job's record: the
-    job id (with `test_only`, Slurm's verdict and no record)."""
+    job id (with `test_only`, Slurm's verdict and no record). `record_extra`: more
+    fields of the record (sweep, dependency, overrides, git commit)."""
     folder = output_dir(settings)
     if folder and not test_only:
         runner.run(["mkdir", "-p", folder])
     result = jobs.submit(runner, script, test_only=test_only)
     if not test_only:
-        records.save(build_record(runner, job, settings, script, result, preflight, excluded))
+        record = build_record(runner, job, settings, script, result, preflight, excluded)
+        for name, value in (record_extra or {}).items():
+            setattr(record, name, value)
+        records.save(record)
     return result
 
 
