@@ -258,6 +258,10 @@ CHECKS: dict[str, CheckText] = {
         "fails: the kernel log (dmesg, else the journal) has an Xid that needs a GPU reset within "
         "`expect.xid_window` (default 24h): Xid " + ", ".join(str(x) for x in sorted(RESET_XIDS)) +
         "; warns when neither log is readable"),
+    "gpu.recovery_action": CheckText(
+        GPU_HEALTH_RUNS,
+        "fails: the driver reports a pending recovery action for a GPU (`gpu_recovery_action`: GPU Reset, "
+        "Node Reboot, Drain P2P, Drain and Reset); a driver that does not know the field passes"),
     "nccl.library": CheckText(
         "`expect.nccl` is set",
         "fails: no libnccl loads, or the first one a PyTorch job would load misses the specifier"),

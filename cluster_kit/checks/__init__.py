@@ -1,7 +1,7 @@
 """Pure checks: probe facts + profile data -> findings (SPEC's check ids).
 
 Only the checks whose expectation or network setting the profile configures
-run; each family module says when (gpu, gpu_health, nccl, rdma, rdma_errors,
+run; each family module says when (gpu, gpu_health, gpu_recovery, nccl, rdma, rdma_errors,
 net, system). This
 package runs on the CLI and inside jobs (cluster_kit.checks.injob): standard library
 and `packaging` only.
@@ -15,6 +15,7 @@ from cluster_kit.checks import (
     container,
     gpu,
     gpu_health,
+    gpu_recovery,
     nccl,
     net,
     rdma,
@@ -36,6 +37,7 @@ def evaluate(facts: Mapping[str, Any], profile_data: Mapping[str, Any], deep: bo
     findings = [
         *gpu.check(facts, profile_data),
         *gpu_health.check(facts, profile_data),
+        *gpu_recovery.check(facts, profile_data),
         *nccl.check(facts, profile_data, deep),
         *rdma.check(facts, profile_data),
         *rdma_errors.check(facts, profile_data),

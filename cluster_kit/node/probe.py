@@ -48,6 +48,11 @@ GPU_HEALTH_FIELDS = (
     "retired_pages.pending", "pcie.link.gen.current", "pcie.link.gen.max",
     "pcie.link.width.current", "pcie.link.width.max", "temperature.gpu",
 )
+# Asked first where the driver knows them: the driver's own verdict (gpu_recovery_action,
+# newer drivers only), and what audit compares across nodes. A driver refusing one is
+# asked again without these.
+GPU_MORE_FIELDS = ("vbios_version", "clocks.applications.graphics", "clocks.applications.memory",
+                   "gpu_recovery_action")
 EVENT_PREFIX = "clocks_event_reasons."
 THROTTLE_PREFIX = "clocks_throttle_reasons."  # the same fields' names before driver 535
 CLOCK_REASON_FIELDS = ("active",)
@@ -253,20 +258,25 @@ def health_queries() -> List[Tuple[str, ...]]:
     """The --query-gpu field lists to try, widest first.
 
     Drivers before 535 know the clock reasons only as clocks_throttle_reasons.*;
+    drivers before gpu_recovery_action are asked again without GPU_MORE_FIELDS;
     a driver refusing every health field still answers the basic query.
     """
-    return [GPU_QUERY_FIELDS + GPU_HEALTH_FIELDS + tuple(prefix + f for f in CLOCK_REASON_FIELDS)
-            for prefix in (EVENT_PREFIX, THROTTLE_PREFIX)] + [GPU_QUERY_FIELDS]
+    clocks = [tuple(prefix + f for f in CLOCK_REASON_FIELDS) for prefix in (EVENT_PREFIX, THROTTLE_PREFIX)]
+    return ([GPU_QUERY_FIELDS + GPU_HEALTH_FIELDS + GPU_MORE_FIELDS + clock for clock in clocks]
+            + [GPU_QUERY_FIELDS + GPU_HEALTH_FIELDS + clock for clock in clocks] + [GPU_QUERY_FIELDS])
 
 
 def query_gpus(exe: str) -> Tuple[int, str, str, Tuple[str, ...], List[str]]:
     """(code, stdout, stderr, fields asked, fields refused on the way) of the widest query the driver takes.
 
-    Only an invalid-field answer moves on to the next, narrower query, so a
-    healthy node costs one call and a broken driver's error is reported as is.
+    Only an invalid-field answer moves on, to the next query without the refused
+    field, so a healthy node costs one call and a broken driver's error is
+    reported as is.
     """
     refused = []  # type: List[str]
     for fields in health_queries():
+        if fields != GPU_QUERY_FIELDS and any(field in refused for field in fields):
+            continue
         code, out, err = run_command([exe, "--query-gpu=" + ",".join(fields), "--format=csv,noheader"])
         bad = INVALID_FIELD.search(out + err)
         if code == 0 or bad is None or fields == GPU_QUERY_FIELDS:

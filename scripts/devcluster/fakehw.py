@@ -80,7 +80,11 @@ GPU_HEALTH = [
     ("temperature.gpu", "34"), ("clocks_event_reasons.active", "0x0000000000000001"),
     ("remapped_rows.correctable", "0"), ("remapped_rows.uncorrectable", "0"),
     ("remapped_rows.pending", "No"), ("remapped_rows.failure", "No"),
+    ("vbios_version", "96.00.89.00.01"), ("clocks.applications.graphics", "1980 MHz"),
+    ("clocks.applications.memory", "2619 MHz"), ("gpu_recovery_action", "None"),
 ]
+# Fields a driver before 535 does not know either (with throttle_names: not answered).
+NEWER_FIELDS = ("gpu_recovery_action",)
 PORT_COUNTERS = ("symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
                  "local_link_integrity_errors", "excessive_buffer_overrun_errors",
                  "port_rcv_remote_physical_errors", "port_xmit_discards", "port_xmit_data",
@@ -129,6 +133,8 @@ SPECS = {
     # Last, so that the nodes above keep their GUIDs: a third Slurm node, where a
     # 2-node job goes when a restart leaves its culprit out.
     "n3": ib_node(2, 4),
+    # More hardware checks (after n3, so that every node above keeps its GUIDs).
+    "gpu-reboot": degraded(ib_node(4, 8), gpu={6: {"gpu_recovery_action": "Node Reboot"}}),
 }
 
 
@@ -289,13 +295,15 @@ def gpu_uuid(node, index):
 
 def gpus_csv(node, spec):
     """What `nvidia-smi --query-gpu=... --format=csv` prints for the node's GPUs."""
-    names = [name for name, _ in GPU_HEALTH]
+    columns = [(name, value) for name, value in GPU_HEALTH
+               if not (spec.get("throttle_names") and name in NEWER_FIELDS)]
+    names = [name for name, _ in columns]
     if spec.get("throttle_names"):
         names = [name.replace("clocks_event_reasons.", "clocks_throttle_reasons.") for name in names]
     rows = ["index, name, uuid, driver_version, memory.total [MiB], pci.bus_id, " + ", ".join(names)]
     for i in range(spec["gpus"]):
         faults = spec.get("gpu_faults", {}).get(i, {})
-        health = [faults.get(name, value) for name, value in GPU_HEALTH]
+        health = [faults.get(name, value) for name, value in columns]
         rows.append(f"{i}, {H100[0]}, {gpu_uuid(node, i)}, {DRIVER}, {H100[1]}, "
                     f"00000000:{PCI_BUS_IDS[i]}:00.0, " + ", ".join(health))
     return "\n".join(rows)

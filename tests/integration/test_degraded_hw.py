@@ -1,6 +1,6 @@
 """Degraded-but-up hardware on the dev cluster: each planted fault fails exactly its check.
 
-The nodes gpu-ecc, gpu-x8, gpu-throttle, gpu-xid, ib-flap and gpu-powercap
+The nodes gpu-ecc, gpu-x8, gpu-throttle, gpu-xid, ib-flap, gpu-reboot and gpu-powercap
 (scripts/devcluster/nodes.tsv) run a real sshd in their own namespace; their
 stand-in nvidia-smi answers the probe's real query fields from gpus.csv, their
 stand-in dmesg prints the planted Xid lines, and their HCA ports carry sysfs
@@ -18,9 +18,9 @@ from jobcli import clusterkit, ssh_section, write_yaml
 pytestmark = pytest.mark.integration
 
 DEGRADED = {"gpu-ecc": "gpu.ecc", "gpu-x8": "gpu.pcie_link", "gpu-throttle": "gpu.throttle",
-            "gpu-xid": "gpu.xid", "ib-flap": "rdma.port_errors"}
+            "gpu-xid": "gpu.xid", "ib-flap": "rdma.port_errors", "gpu-reboot": "gpu.recovery_action"}
 HEALTHY = ["gpu-powercap"]
-HEALTH_IDS = {"gpu.ecc", "gpu.pcie_link", "gpu.throttle", "gpu.xid", "rdma.port_errors"}
+HEALTH_IDS = {"gpu.ecc", "gpu.pcie_link", "gpu.throttle", "gpu.xid", "rdma.port_errors", "gpu.recovery_action"}
 EXPECT = {"gpus_per_node": 8, "gpu_model": "H100", "min_driver": "535.104", "ib_rate_gbps": 400,
           "peermem": True}
 CLI_TIMEOUT = 120
@@ -87,6 +87,7 @@ def test_messages_name_the_gpu_or_port(report: tuple[dict[str, Any], int]) -> No
     # The kernel log holds nothing from before boot: on a machine up for less than the
     # planted 10 minutes, the stand-in dmesg stamps the line at boot.
     assert f"Xid 79 on GPU 1 (00000000:2A:00.0) {planted_age(600)}" in entries["gpu-xid"]["gpu.xid"]["message"]
+    assert entries["gpu-reboot"]["gpu.recovery_action"]["message"] == "GPU 6 (00000000:BA:00.0) asks for: Node Reboot"
     assert "mlx5_1 port 1: symbol_error 4021 (> 100), link_error_recovery 112 (> 10), link_downed 37 (> 5)" == (
         entries["ib-flap"]["rdma.port_errors"]["message"])
 
@@ -103,7 +104,7 @@ def test_power_capped_node_with_pre_535_names_passes(report: tuple[dict[str, Any
     entry = {e["node"]: e for e in report[0]["nodes"]}["gpu-powercap"]
     assert entry["status"] == "pass", not_passing(entry)
     assert HEALTH_IDS <= {c["id"] for c in entry["checks"]}
-    assert report[0]["summary"] == {"pass": 1, "warn": 0, "fail": 5, "unreachable": 0}
+    assert report[0]["summary"] == {"pass": 1, "warn": 0, "fail": len(DEGRADED), "unreachable": 0}
     assert report[1] == 1
 
 

@@ -61,6 +61,9 @@ HEALTHY = {
     "pcie.link.width.max": "16", "temperature.gpu": "31", "clocks_event_reasons.active": "0x0000000000000001",
     "remapped_rows.correctable": "0", "remapped_rows.uncorrectable": "0", "remapped_rows.pending": "No",
     "remapped_rows.failure": "No",
+    # GPU_MORE_FIELDS: a DGX H100's VBIOS and default application clocks; no recovery pending.
+    "vbios_version": "96.00.89.00.01", "clocks.applications.graphics": "1980 MHz",
+    "clocks.applications.memory": "2619 MHz", "gpu_recovery_action": "None",
 }
 # The start of a real ring buffer (tests/data/nvidia_smi/kernel.txt): no Xid.
 DMESG_OK = """[    0.449435] nvidia: loading out-of-tree module taints kernel.
@@ -161,7 +164,7 @@ class Node:
     gpus: int = 8
     driver: str = "550.54.15"
     gpu_health: dict[int, dict[str, str]] = field(default_factory=dict)   # GPU index -> field -> value
-    smi_knows: str = "event"            # event | throttle (before 535) | none: health fields it answers
+    smi_knows: str = "event"            # event | norecovery | throttle (before 535) | none: fields it answers
     remapped_rows: bool = True          # whether --query-remapped-rows answers
     dmesg: str | None = DMESG_OK        # None: dmesg is denied (kernel.dmesg_restrict)
     journal: str | None = None          # `journalctl -k -o short-unix` output; None: no journalctl
@@ -295,6 +298,7 @@ SCENARIOS = {
     "gpu-xid": lambda: replace(ib_ok(), dmesg=DMESG_OK + f"\n[28027.270000] {XID_79}\n[28327.270000] {XID_13}"),
     "ib-flap": lambda: ib_with(1, counters=dict(ZERO_COUNTERS, link_downed="37", link_error_recovery="112",
                                                  symbol_error="4021")),
+    "gpu-reboot": lambda: replace(ib_ok(), gpu_health={6: {"gpu_recovery_action": "Node Reboot"}}),
     "gpu-powercap": lambda: replace(ib_ok(), smi_knows="throttle", gpu_health={
         i: {"clocks_event_reasons.active": "0x0000000000000004"} for i in range(8)}),
 }
@@ -386,12 +390,13 @@ def answer(option: str, fields: tuple[str, ...], rows: list[dict[str, str]], ref
 
 
 def refused_field(fields: tuple[str, ...], knows: str) -> str | None:
-    """The first health field a driver that knows `knows` rejects."""
+    """The first health field a driver that knows `knows` rejects, in the query's order."""
     extra = [f for f in fields if f not in probe.GPU_QUERY_FIELDS]
     if knows == "none":
         return extra[0] if extra else None
-    bad = probe.EVENT_PREFIX if knows == "throttle" else "no such prefix"
-    return next((f for f in extra if f.startswith(bad)), None)
+    unknown = {"event": (), "norecovery": ("gpu_recovery_action",),
+               "throttle": ("gpu_recovery_action", probe.EVENT_PREFIX)}[knows]
+    return next((f for f in extra if f.startswith(unknown)), None) if unknown else None
 
 
 def build_smi(bindir: Path, node: Node) -> None:
@@ -594,7 +599,9 @@ def test_gpus_are_parsed_from_real_nvidia_smi_csv(tmp_path: Path) -> None:
                               "pcie_link_width_max": "16", "temperature_gpu": "31",
                               "clocks_event_reasons_active": "0x0000000000000001",
                               "remapped_rows_correctable": "0", "remapped_rows_uncorrectable": "0",
-                              "remapped_rows_pending": "No", "remapped_rows_failure": "No"}
+                              "remapped_rows_pending": "No", "remapped_rows_failure": "No",
+                              "vbios_version": "96.00.89.00.01", "clocks_applications_graphics": "1980 MHz",
+                              "clocks_applications_memory": "2619 MHz", "gpu_recovery_action": "None"}
     assert gpu["clock_reasons_field"] == "clocks_event_reasons.active" and "health_error" not in gpu
 
 
@@ -752,9 +759,18 @@ def test_health_fields_come_from_the_one_widened_query(tmp_path: Path) -> None:
 
 def test_a_driver_before_535_is_asked_again_with_the_throttle_names(tmp_path: Path) -> None:
     gpu = probe_scenario(tmp_path, "gpu-powercap")["gpu"]
-    assert gpu["refused_fields"] == ["clocks_event_reasons.active"]
+    assert gpu["refused_fields"] == ["gpu_recovery_action", "clocks_event_reasons.active"]
     assert gpu["clock_reasons_field"] == "clocks_throttle_reasons.active"
+    assert "gpu_recovery_action" not in gpu["gpus"][0]
     assert {g["clocks_event_reasons_active"] for g in gpu["gpus"]} == {"0x0000000000000004"}
+
+
+def test_a_driver_without_recovery_actions_keeps_every_other_health_field(tmp_path: Path) -> None:
+    build_node(tmp_path, replace(ib_ok(), smi_knows="norecovery"))
+    gpu = run_probe(tmp_path, memlock_kib=64)["gpu"]
+    assert gpu["refused_fields"] == ["gpu_recovery_action"]
+    assert gpu["clock_reasons_field"] == "clocks_event_reasons.active" and "health_error" not in gpu
+    assert gpu["gpus"][0]["pcie_link_width_max"] == "16" and "gpu_recovery_action" not in gpu["gpus"][0]
 
 
 def test_a_driver_refusing_every_health_field_still_lists_its_gpus(tmp_path: Path) -> None:
