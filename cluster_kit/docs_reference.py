@@ -293,6 +293,10 @@ CHECKS: dict[str, CheckText] = {
         RDMA_RUNS,
         "fails: an error counter of a checked port is above its threshold (`expect.ib_error_thresholds`, "
         "defaults below); warns instead when `network.ib_hca` is unset"),
+    "rdma.nic_pcie": CheckText(
+        RDMA_RUNS + ", and the probe read the HCAs' PCI functions",
+        "fails: a checked HCA's own PCIe link (`/sys/class/infiniband/<hca>/device/{current,max}_link_{width,speed}`) "
+        "is narrower or slower than its maximum; warns instead when `network.ib_hca` is unset"),
     "net.socket_ifname": CheckText(
         "`network.socket_ifname` is set",
         "fails: no interface matches it, or only interfaces that are down; warns when it selects "

@@ -63,6 +63,10 @@ PORT_ATTRS = ("state", "phys_state", "rate", "link_layer", "lid", "sm_lid")
 HCA_ATTRS = ("fw_ver", "node_guid", "sys_image_guid", "board_id", "hca_type", "node_type")
 NET_ATTRS = ("operstate", "carrier", "mtu", "address", "speed", "type")
 PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
+# A PCI function's link and place (Documentation/ABI/testing/sysfs-bus-pci):
+# "32.0 GT/s PCIe", "16"; numa_node -1 when the platform does not say.
+PCI_DEVICE_ATTRS = ("current_link_speed", "max_link_speed", "current_link_width", "max_link_width", "numa_node")
+PCI_ADDRESS = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 # Error counters of an HCA port (Documentation/ABI/stable/sysfs-class-infiniband).
 PORT_ERROR_COUNTERS = (
     "symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
@@ -531,9 +535,26 @@ def read_port_counters(port_dir: str) -> Dict[str, str]:
     return {name: value for name, value in counters.items() if value is not None}
 
 
+def pci_path(device_dir: str) -> List[str]:
+    """The PCI functions from the root port down to this device ("0000:17:00.0", ...),
+    read off the sysfs path the device's link resolves to; [] when it resolves nowhere."""
+    real = os.path.realpath(device_dir)
+    if not os.path.isdir(real):
+        return []
+    return [part.lower() for part in real.split(os.sep) if PCI_ADDRESS.match(part)]
+
+
+def read_pci_device(device_dir: str) -> Facts:
+    """A PCI function's link speed/width (current and max), NUMA node and path."""
+    device = read_attrs(device_dir, PCI_DEVICE_ATTRS)  # type: Facts
+    device["path"] = pci_path(device_dir)
+    return device
+
+
 def read_hca(hca_dir: str) -> Facts:
-    """One HCA: firmware, GUIDs, board, its netdevs and its ports."""
+    """One HCA: firmware, GUIDs, board, its PCI function, its netdevs and its ports."""
     hca = read_attrs(hca_dir, HCA_ATTRS)  # type: Facts
+    hca["pci"] = read_pci_device(os.path.join(hca_dir, "device"))
     hca["netdevs"] = list_dir(os.path.join(hca_dir, "device", "net"))
     ports_dir = os.path.join(hca_dir, "ports")
     hca["ports"] = {port: read_port(os.path.join(ports_dir, port)) for port in list_dir(ports_dir)}

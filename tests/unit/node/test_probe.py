@@ -49,6 +49,9 @@ SMI_BANNER = """Tue Mar 12 10:14:03 2024
 H100_BUS_IDS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
 ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 IB_NDR = "400 Gb/sec (4X NDR)"
+# sysfs link attributes of a PCI function (drivers/pci/pci-sysfs.c prints "%s PCIe" for speeds).
+PCIE_GEN5_X16 = {"current_link_speed": "32.0 GT/s PCIe", "max_link_speed": "32.0 GT/s PCIe",
+                 "current_link_width": "16", "max_link_width": "16"}
 
 
 # A healthy GPU's health fields, in the probe's query order, with the values and
@@ -131,6 +134,11 @@ class Hca:
     fw_ver: str = "28.39.1002"
     board_id: str = "MT_0000000838"
     hca_type: str = "MT4129"
+    # The PCI function's link as a ConnectX-7 (PCIe Gen5 x16) shows it in sysfs, its NUMA
+    # node, and the bridges above it (root port first).
+    link: dict[str, str] = field(default_factory=lambda: dict(PCIE_GEN5_X16))
+    numa_node: str = "0"
+    upstream: tuple[str, ...] = ("0000:00:01.0",)
 
 
 @dataclass
@@ -253,6 +261,14 @@ def ib_with(n: int, **port: Any) -> Node:
     return node
 
 
+def ib_link(n: int, **link: str) -> Node:
+    """ib_ok with the PCIe link of mlx5_<n>'s function changed (sysfs attributes)."""
+    node = ib_ok()
+    assert node.hcas is not None
+    node.hcas[n].link.update(link)
+    return node
+
+
 def ib_nohca() -> Node:
     """As ib_ok, but mlx5_3 is gone (dead card or driver did not bind)."""
     node = ib_ok()
@@ -298,6 +314,8 @@ SCENARIOS = {
     "gpu-xid": lambda: replace(ib_ok(), dmesg=DMESG_OK + f"\n[28027.270000] {XID_79}\n[28327.270000] {XID_13}"),
     "ib-flap": lambda: ib_with(1, counters=dict(ZERO_COUNTERS, link_downed="37", link_error_recovery="112",
                                                  symbol_error="4021")),
+    "ib-x8": lambda: ib_link(2, current_link_width="8"),
+    "ib-gen4": lambda: ib_link(6, current_link_speed="16.0 GT/s PCIe"),
     "gpu-reboot": lambda: replace(ib_ok(), gpu_health={6: {"gpu_recovery_action": "Node Reboot"}}),
     "gpu-powercap": lambda: replace(ib_ok(), smi_knows="throttle", gpu_health={
         i: {"clocks_event_reasons.active": "0x0000000000000004"} for i in range(8)}),
@@ -318,11 +336,11 @@ def link(path: Path, target: Path) -> None:
     path.symlink_to(os.path.relpath(target, path.parent))
 
 
-def device_dir(root: Path, pci: str | None) -> Path:
-    """/sys/devices/... of a PCI function, or the virtual device tree."""
+def device_dir(root: Path, pci: str | None, upstream: tuple[str, ...] = ("0000:00:01.0",)) -> Path:
+    """/sys/devices/... of a PCI function below its bridges, or the virtual device tree."""
     if pci is None:
         return root / "sys/devices/virtual"
-    return root / "sys/devices/pci0000:00/0000:00:01.0" / pci
+    return root.joinpath("sys/devices", f"pci{upstream[0][:7]}", *upstream, pci)
 
 
 def build_port(port_dir: Path, port: Port) -> None:
@@ -349,7 +367,9 @@ def build_port(port_dir: Path, port: Port) -> None:
 
 def build_hca(root: Path, hca: Hca) -> None:
     """/sys/devices/.../infiniband/<hca> and its /sys/class/infiniband link."""
-    pci_dir = device_dir(root, hca.pci)
+    pci_dir = device_dir(root, hca.pci, hca.upstream)
+    for name, value in dict(hca.link, numa_node=hca.numa_node).items():
+        write(pci_dir / name, value)
     hca_dir = pci_dir / "infiniband" / hca.name
     for name in ("fw_ver", "board_id", "hca_type"):
         write(hca_dir / name, getattr(hca, name))
@@ -558,6 +578,19 @@ def test_roce_gid_table_has_v1_and_v2_with_their_netdev(tmp_path: Path) -> None:
 def test_port_down_polling_is_reported_as_the_kernel_shows_it(tmp_path: Path) -> None:
     port = probe_scenario(tmp_path, "ib-portdown")["rdma"]["hcas"]["mlx5_3"]["ports"]["1"]
     assert (port["state"], port["phys_state"]) == ("1: DOWN", "2: Polling")
+
+
+def test_an_hcas_pci_function_link_numa_node_and_bridges_are_reported(tmp_path: Path) -> None:
+    hca = probe_scenario(tmp_path, "ib-x8")["rdma"]["hcas"]["mlx5_2"]
+    assert hca["pci"] == {"current_link_speed": "32.0 GT/s PCIe", "max_link_speed": "32.0 GT/s PCIe",
+                          "current_link_width": "8", "max_link_width": "16", "numa_node": "0",
+                          "path": ["0000:00:01.0", "0000:2c:00.0"]}
+
+
+def test_pci_path_is_empty_when_the_device_link_resolves_nowhere(tmp_path: Path) -> None:
+    (tmp_path / "device").symlink_to("../../devices/pci0000:00/0000:00:01.0/0000:17:00.0")
+    assert probe.pci_path(str(tmp_path / "device")) == []
+    assert probe.read_pci_device(str(tmp_path / "device"))["current_link_width"] is None
 
 
 def test_missing_hca_is_simply_absent_from_the_list(tmp_path: Path) -> None:
