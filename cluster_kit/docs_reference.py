@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster_kit.checks.gpu_health import RESET_XIDS
+from cluster_kit.checks.nvlink import DEFAULT_NVLINK_THRESHOLDS
 from cluster_kit.checks.rdma_errors import DEFAULT_THRESHOLDS
 from cluster_kit.config import json_schema, specs, vocab
 from cluster_kit.config import spec as config_spec
@@ -262,6 +263,11 @@ CHECKS: dict[str, CheckText] = {
         GPU_HEALTH_RUNS,
         "fails: the driver reports a pending recovery action for a GPU (`gpu_recovery_action`: GPU Reset, "
         "Node Reboot, Drain P2P, Drain and Reset); a driver that does not know the field passes"),
+    "gpu.nvlink": CheckText(
+        GPU_HEALTH_RUNS + ", and the probe read `nvidia-smi nvlink -s`",
+        "fails: a GPU of a node with NVLinks lists an inactive link (or all links inactive), or a link's "
+        "CRC / Replay / Recovery errors (`nvidia-smi nvlink -e`) exceed `expect.nvlink_error_thresholds` "
+        "(defaults below); GPUs without NVLink pass; warns when `nvidia-smi nvlink -s` fails"),
     "nccl.library": CheckText(
         "`expect.nccl` is set",
         "fails: no libnccl loads, or the first one a PyTorch job would load misses the specifier"),
@@ -330,6 +336,12 @@ def port_error_defaults() -> str:
                  [[f"`{name}`", str(value)] for name, value in DEFAULT_THRESHOLDS.items()])
 
 
+def nvlink_error_defaults() -> str:
+    """The default thresholds of gpu.nvlink (checks/nvlink.py)."""
+    return table(["counter", "default threshold"],
+                 [[f"`{name}`", str(value)] for name, value in DEFAULT_NVLINK_THRESHOLDS.items()])
+
+
 # ---------------------------------------------------------------- the file
 
 
@@ -341,6 +353,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "nccl-variables": nccl_variables,
     "check-ids": check_table,
     "port-error-defaults": port_error_defaults,
+    "nvlink-error-defaults": nvlink_error_defaults,
 }
 
 

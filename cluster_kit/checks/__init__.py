@@ -1,7 +1,7 @@
 """Pure checks: probe facts + profile data -> findings (SPEC's check ids).
 
 Only the checks whose expectation or network setting the profile configures
-run; each family module says when (gpu, gpu_health, gpu_recovery, nccl, rdma, rdma_errors, rdma_pcie,
+run; each family module says when (gpu, gpu_health, gpu_recovery, nvlink, nccl, rdma, rdma_errors, rdma_pcie,
 net, system). This
 package runs on the CLI and inside jobs (cluster_kit.checks.injob): standard library
 and `packaging` only.
@@ -18,6 +18,7 @@ from cluster_kit.checks import (
     gpu_recovery,
     nccl,
     net,
+    nvlink,
     rdma,
     rdma_errors,
     rdma_pcie,
@@ -39,6 +40,7 @@ def evaluate(facts: Mapping[str, Any], profile_data: Mapping[str, Any], deep: bo
         *gpu.check(facts, profile_data),
         *gpu_health.check(facts, profile_data),
         *gpu_recovery.check(facts, profile_data),
+        *nvlink.check(facts, profile_data),
         *nccl.check(facts, profile_data, deep),
         *rdma.check(facts, profile_data),
         *rdma_errors.check(facts, profile_data),

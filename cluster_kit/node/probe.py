@@ -77,6 +77,12 @@ XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\): (\d+),\s*(.*)")
 DMESG_STAMP = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]")
 XID_LOOKBACK_S = 7 * 24 * 3600   # how far back the journal is read (expect.xid_window may not exceed it)
 XID_MAX_EVENTS = 50              # newest first; a GPU in an XID storm must not bloat the facts
+# `nvidia-smi nvlink -s` / `-e`: "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)", then
+# "\t Link 3: 26.562 GB/s" or "Link 3: <inactive>", "\t Link 0: Replay Errors: 0".
+NVLINK_GPU = re.compile(r"^GPU (\d+): ")
+NVLINK_LINK = re.compile(r"^\s*Link (\d+): (.*?)\s*$")
+NVLINK_ERROR = re.compile(r"^(.+?) Errors?: (\d+)$")
+NVLINK_ALL_INACTIVE = "all links are inactive"
 IOMMU_FLAG = re.compile(r"^(iommu|intel_iommu|amd_iommu)(=|$)")
 
 Facts = Dict[str, Any]
@@ -327,6 +333,71 @@ def probe_remapped_rows(exe: str, gpus: List[Dict[str, str]]) -> Facts:
     for gpu in gpus:
         gpu.update(rows.get(gpu.get("pci_bus_id", ""), {}))
     return {}
+
+
+# ---------------------------------------------------------------- nvlink
+
+def parse_nvlink_status(text: str) -> Dict[str, Facts]:
+    """{gpu index: {"links": {link: "26.562 GB/s" | "inactive"}, "all_inactive": bool}}
+    from `nvidia-smi nvlink -s`; a GPU without NVLink has no link lines."""
+    gpus = {}  # type: Dict[str, Facts]
+    current = None  # type: Optional[Facts]
+    for line in text.splitlines():
+        gpu, link = NVLINK_GPU.match(line), NVLINK_LINK.match(line)
+        if gpu:
+            current = gpus.setdefault(gpu.group(1), {"links": {}, "all_inactive": False})
+        elif current is not None and link:
+            state = link.group(2)
+            current["links"][link.group(1)] = "inactive" if state.strip("<>").lower() == "inactive" else state
+        elif current is not None and NVLINK_ALL_INACTIVE in line.lower():
+            current["all_inactive"] = True
+    return gpus
+
+
+def parse_nvlink_errors(text: str) -> Dict[str, Dict[str, Dict[str, str]]]:
+    """{gpu index: {link: {"replay": "0", "recovery": "0", "crc": "0"}}} from `nvidia-smi nvlink -e`."""
+    gpus = {}  # type: Dict[str, Dict[str, Dict[str, str]]]
+    current = None  # type: Optional[Dict[str, Dict[str, str]]]
+    for line in text.splitlines():
+        gpu, link = NVLINK_GPU.match(line), NVLINK_LINK.match(line)
+        if gpu:
+            current = gpus.setdefault(gpu.group(1), {})
+        elif current is not None and link:
+            error = NVLINK_ERROR.match(link.group(2))
+            if error:
+                kind = error.group(1).strip().lower().replace(" ", "_")
+                current.setdefault(link.group(1), {})[kind] = error.group(2)
+    return gpus
+
+
+def run_nvlink(exe: str, flag: str) -> Tuple[Optional[str], str]:
+    """(stdout, "") of `nvidia-smi nvlink FLAG`, or (None, what went wrong)."""
+    try:
+        code, out, err = run_command([exe, "nvlink", flag])
+    except (OSError, CommandTimeout) as exc:
+        return None, str(exc)
+    if code != 0 and NVLINK_ALL_INACTIVE not in (out + err).lower():
+        return None, (out.strip() + " " + err.strip()).strip() or f"exit code {code}"
+    return out + err, ""
+
+
+def probe_nvlink() -> Facts:
+    """NVLink state per GPU and link (`nvidia-smi nvlink -s`) and, where a GPU has links,
+    their error counters (`nvidia-smi nvlink -e`)."""
+    exe = which("nvidia-smi")
+    if exe is None:
+        return {"status": "absent", "error": "nvidia-smi not found on PATH"}
+    status, why = run_nvlink(exe, "-s")
+    if status is None:
+        return {"status": "error", "error": "nvidia-smi nvlink -s: " + why}
+    gpus = parse_nvlink_status(status)
+    if any(gpu["links"] for gpu in gpus.values()):
+        errors, why = run_nvlink(exe, "-e")
+        if errors is None:
+            return {"status": "ok", "gpus": gpus, "errors_error": "nvidia-smi nvlink -e: " + why}
+        for index, links in parse_nvlink_errors(errors).items():
+            gpus.setdefault(index, {"links": {}, "all_inactive": False})["errors"] = links
+    return {"status": "ok", "gpus": gpus}
 
 
 # ---------------------------------------------------------------- nccl
@@ -810,6 +881,7 @@ def collect(deep_python: Optional[str] = None, env_python: Optional[str] = None)
         "slurm_node": os.environ.get("SLURMD_NODENAME"),
         "os": guarded(probe_os),
         "gpu": guarded(probe_gpu),
+        "nvlink": guarded(probe_nvlink),
         "xid": guarded(probe_xid),
         "nccl": guarded(probe_nccl, site_python),
         "rdma": guarded(probe_rdma),

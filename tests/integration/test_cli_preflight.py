@@ -105,7 +105,7 @@ def test_healthy_ib_node_passes_every_configured_check(
     assert failing(entry) == {}
     assert {c["id"] for c in entry["checks"]} == {
         "gpu.count", "gpu.model", "gpu.driver", "gpu.ecc", "gpu.pcie_link", "gpu.throttle", "gpu.xid",
-        "gpu.recovery_action", "nccl.library", "rdma.hca_present", "rdma.port_state", "rdma.link_rate",
+        "gpu.recovery_action", "gpu.nvlink", "nccl.library", "rdma.hca_present", "rdma.port_state", "rdma.link_rate",
         "rdma.link_layer", "rdma.port_errors", "rdma.nic_pcie", "rdma.peermem"}
 
 

@@ -1,9 +1,9 @@
 """Degraded-but-up hardware on the dev cluster: each planted fault fails exactly its check.
 
-The nodes gpu-ecc, gpu-x8, gpu-throttle, gpu-xid, ib-flap, gpu-reboot, nic-x8, nic-gen4 and gpu-powercap
+The nodes gpu-ecc, gpu-x8, gpu-throttle, gpu-xid, ib-flap, gpu-reboot, nic-x8, nic-gen4, nvlink-down and gpu-powercap
 (scripts/devcluster/nodes.tsv) run a real sshd in their own namespace; their
 stand-in nvidia-smi answers the probe's real query fields from gpus.csv, their
-stand-in dmesg prints the planted Xid lines, their HCA ports carry sysfs
+stand-in nvidia-smi also answers `nvlink -s` / `nvlink -e`, their stand-in dmesg prints the planted Xid lines, their HCA ports carry sysfs
 counter files, and their HCAs' PCI functions sysfs link attributes (scripts/devcluster/fakehw.py). The CLI runs as a real process and reaches them over SSH.
 """
 from __future__ import annotations
@@ -19,10 +19,10 @@ pytestmark = pytest.mark.integration
 
 DEGRADED = {"gpu-ecc": "gpu.ecc", "gpu-x8": "gpu.pcie_link", "gpu-throttle": "gpu.throttle",
             "gpu-xid": "gpu.xid", "ib-flap": "rdma.port_errors", "gpu-reboot": "gpu.recovery_action",
-            "nic-x8": "rdma.nic_pcie", "nic-gen4": "rdma.nic_pcie"}
+            "nic-x8": "rdma.nic_pcie", "nic-gen4": "rdma.nic_pcie", "nvlink-down": "gpu.nvlink"}
 HEALTHY = ["gpu-powercap"]
 HEALTH_IDS = {"gpu.ecc", "gpu.pcie_link", "gpu.throttle", "gpu.xid", "rdma.port_errors", "gpu.recovery_action",
-              "rdma.nic_pcie"}
+              "rdma.nic_pcie", "gpu.nvlink"}
 EXPECT = {"gpus_per_node": 8, "gpu_model": "H100", "min_driver": "535.104", "ib_rate_gbps": 400,
           "peermem": True}
 CLI_TIMEOUT = 120
@@ -90,6 +90,7 @@ def test_messages_name_the_gpu_or_port(report: tuple[dict[str, Any], int]) -> No
     # planted 10 minutes, the stand-in dmesg stamps the line at boot.
     assert f"Xid 79 on GPU 1 (00000000:2A:00.0) {planted_age(600)}" in entries["gpu-xid"]["gpu.xid"]["message"]
     assert entries["gpu-reboot"]["gpu.recovery_action"]["message"] == "GPU 6 (00000000:BA:00.0) asks for: Node Reboot"
+    assert entries["nvlink-down"]["gpu.nvlink"]["message"] == "GPU 4 (00000000:9A:00.0): NVLink 7 inactive"
     assert entries["nic-x8"]["rdma.nic_pcie"]["message"] == "mlx5_2 (0000:99:02.0): PCIe x8 of x16"
     assert entries["nic-gen4"]["rdma.nic_pcie"]["message"] == "mlx5_1 (0000:39:01.0): PCIe 16 GT/s of 32 GT/s"
     assert "mlx5_1 port 1: symbol_error 4021 (> 100), link_error_recovery 112 (> 10), link_downed 37 (> 5)" == (

@@ -182,6 +182,9 @@ class Node:
     iommu_groups: int = 12
     os_release: str = 'PRETTY_NAME="Ubuntu 22.04.4 LTS"\nNAME="Ubuntu"\nVERSION_ID="22.04"\nID=ubuntu\n'
     route: str | None = DEFAULT_ROUTE     # /proc/net/route; None: the file is missing
+    nvlinks: int = 0                      # NVLinks per GPU (0: PCIe GPUs, nvlink -s lists none)
+    nvlink_down: tuple[tuple[int, int], ...] = ()           # (gpu, link) pairs shown <inactive>
+    nvlink_errors: dict[tuple[int, int], dict[str, int]] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- scenarios
@@ -316,6 +319,8 @@ SCENARIOS = {
                                                  symbol_error="4021")),
     "ib-x8": lambda: ib_link(2, current_link_width="8"),
     "ib-gen4": lambda: ib_link(6, current_link_speed="16.0 GT/s PCIe"),
+    "nvlink-down": lambda: replace(ib_ok(), nvlinks=18, nvlink_down=((4, 7),),
+                                   nvlink_errors={(2, 11): {"Replay": 3, "CRC": 12}}),
     "gpu-reboot": lambda: replace(ib_ok(), gpu_health={6: {"gpu_recovery_action": "Node Reboot"}}),
     "gpu-powercap": lambda: replace(ib_ok(), smi_knows="throttle", gpu_health={
         i: {"clocks_event_reasons.active": "0x0000000000000004"} for i in range(8)}),
@@ -432,10 +437,26 @@ def build_smi(bindir: Path, node: Node) -> None:
                        for fields in probe.health_queries())
         if node.remapped_rows:
             arms += answer("--query-remapped-rows", probe.REMAPPED_ROWS_FIELDS, rows, None)
+        arms += f"  'nvlink -s') {printf_lines(nvlink_text(node, False))} ;;\n"
+        arms += f"  'nvlink -e') {printf_lines(nvlink_text(node, True))} ;;\n"
         body = (f'[ $# -eq 0 ] && {{ {printf_lines(SMI_BANNER)}; exit 0; }}\n'
                 f'case "$1 $2" in\n{arms}'
                 "  *) printf '%s\\n' \"Invalid combination of input arguments.\"; exit 2 ;;\nesac\n")
     executable(bindir / "nvidia-smi", body)
+
+
+def nvlink_text(node: Node, errors: bool) -> str:
+    """`nvidia-smi nvlink -s` (or `-e`) as a driver prints it (tests/data/nvlink has real ones)."""
+    lines = []
+    for i, row in enumerate(gpu_rows(node.gpus, node.driver, {})):
+        lines.append(f"GPU {i}: {row['name']} (UUID: {row['uuid']})")
+        for link in range(node.nvlinks):
+            if errors:
+                counts = node.nvlink_errors.get((i, link), {})
+                lines += [f"\t Link {link}: {kind} Errors: {counts.get(kind, 0)}" for kind in ("Replay", "Recovery", "CRC")]
+            else:
+                lines.append(f"\t Link {link}: {'<inactive>' if (i, link) in node.nvlink_down else '26.562 GB/s'}")
+    return "\n".join(lines)
 
 
 def executable(path: Path, body: str) -> None:
