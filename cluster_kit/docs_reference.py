@@ -303,6 +303,10 @@ CHECKS: dict[str, CheckText] = {
         RDMA_RUNS + ", and the probe read the HCAs' PCI functions",
         "fails: a checked HCA's own PCIe link (`/sys/class/infiniband/<hca>/device/{current,max}_link_{width,speed}`) "
         "is narrower or slower than its maximum; warns instead when `network.ib_hca` is unset"),
+    "topo.gpu_nic": CheckText(
+        RDMA_RUNS + ", and the probe resolved the GPUs' and HCAs' PCI paths",
+        "warns: a GPU's nearest HCA of the fabric (same PCIe switch, else same NUMA node) is not in "
+        "`network.ib_hca`, or the HCAs span sockets and none is local to some GPU; never fails"),
     "net.socket_ifname": CheckText(
         "`network.socket_ifname` is set",
         "fails: no interface matches it, or only interfaces that are down; warns when it selects "

@@ -1,7 +1,7 @@
 """Pure checks: probe facts + profile data -> findings (SPEC's check ids).
 
 Only the checks whose expectation or network setting the profile configures
-run; each family module says when (gpu, gpu_health, gpu_recovery, nvlink, nccl, rdma, rdma_errors, rdma_pcie,
+run; each family module says when (gpu, gpu_health, gpu_recovery, nvlink, nccl, rdma, rdma_errors, rdma_pcie, topology,
 net, system). This
 package runs on the CLI and inside jobs (cluster_kit.checks.injob): standard library
 and `packaging` only.
@@ -23,6 +23,7 @@ from cluster_kit.checks import (
     rdma_errors,
     rdma_pcie,
     system,
+    topology,
 )
 from cluster_kit.checks.findings import Finding, worst
 
@@ -45,6 +46,7 @@ def evaluate(facts: Mapping[str, Any], profile_data: Mapping[str, Any], deep: bo
         *rdma.check(facts, profile_data),
         *rdma_errors.check(facts, profile_data),
         *rdma_pcie.check(facts, profile_data),
+        *topology.check(facts, profile_data),
         *net.check(facts, profile_data),
         *system.check(facts, profile_data),
         *container.check(facts, profile_data),

@@ -335,6 +335,26 @@ def probe_remapped_rows(exe: str, gpus: List[Dict[str, str]]) -> Facts:
     return {}
 
 
+# ---------------------------------------------------------------- topology
+
+def sysfs_pci_address(bus_id: str) -> str:
+    """nvidia-smi's "00000000:18:00.0" as sysfs names the function: "0000:18:00.0"."""
+    domain, _, rest = bus_id.strip().lower().partition(":")
+    return domain[-4:].rjust(4, "0") + ":" + rest
+
+
+def probe_topo(gpu_facts: Facts) -> Facts:
+    """Each listed GPU's PCI function (/sys/bus/pci/devices/<bus id>): NUMA node, link, path."""
+    gpus = gpu_facts.get("gpus") if gpu_facts.get("status") == "ok" else None
+    if not gpus:
+        return {"status": "absent", "error": "nvidia-smi listed no GPU"}
+    devices = {}
+    for gpu in gpus:
+        address = sysfs_pci_address(gpu.get("pci_bus_id") or "")
+        devices[gpu.get("index", address)] = read_pci_device(host_path("/sys/bus/pci/devices/" + address))
+    return {"status": "ok", "gpus": devices}
+
+
 # ---------------------------------------------------------------- nvlink
 
 def parse_nvlink_status(text: str) -> Dict[str, Facts]:
@@ -875,12 +895,14 @@ def collect(deep_python: Optional[str] = None, env_python: Optional[str] = None)
     the libnccl search; `deep_python` also imports torch with it.
     """
     site_python = env_python or deep_python
+    gpu = guarded(probe_gpu)
     return {
         "probe_version": PROBE_VERSION,
         "hostname": os.uname().nodename,
         "slurm_node": os.environ.get("SLURMD_NODENAME"),
         "os": guarded(probe_os),
-        "gpu": guarded(probe_gpu),
+        "gpu": gpu,
+        "topo": guarded(probe_topo, gpu),
         "nvlink": guarded(probe_nvlink),
         "xid": guarded(probe_xid),
         "nccl": guarded(probe_nccl, site_python),

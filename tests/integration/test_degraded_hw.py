@@ -1,6 +1,6 @@
 """Degraded-but-up hardware on the dev cluster: each planted fault fails exactly its check.
 
-The nodes gpu-ecc, gpu-x8, gpu-throttle, gpu-xid, ib-flap, gpu-reboot, nic-x8, nic-gen4, nvlink-down and gpu-powercap
+The nodes gpu-ecc, gpu-x8, gpu-throttle, gpu-xid, ib-flap, gpu-reboot, nic-x8, nic-gen4, nvlink-down, topo-far and gpu-powercap
 (scripts/devcluster/nodes.tsv) run a real sshd in their own namespace; their
 stand-in nvidia-smi answers the probe's real query fields from gpus.csv, their
 stand-in nvidia-smi also answers `nvlink -s` / `nvlink -e`, their stand-in dmesg prints the planted Xid lines, their HCA ports carry sysfs
@@ -20,9 +20,10 @@ pytestmark = pytest.mark.integration
 DEGRADED = {"gpu-ecc": "gpu.ecc", "gpu-x8": "gpu.pcie_link", "gpu-throttle": "gpu.throttle",
             "gpu-xid": "gpu.xid", "ib-flap": "rdma.port_errors", "gpu-reboot": "gpu.recovery_action",
             "nic-x8": "rdma.nic_pcie", "nic-gen4": "rdma.nic_pcie", "nvlink-down": "gpu.nvlink"}
+WARNED = {"topo-far": "topo.gpu_nic"}
 HEALTHY = ["gpu-powercap"]
 HEALTH_IDS = {"gpu.ecc", "gpu.pcie_link", "gpu.throttle", "gpu.xid", "rdma.port_errors", "gpu.recovery_action",
-              "rdma.nic_pcie", "gpu.nvlink"}
+              "rdma.nic_pcie", "gpu.nvlink", "topo.gpu_nic"}
 EXPECT = {"gpus_per_node": 8, "gpu_model": "H100", "min_driver": "535.104", "ib_rate_gbps": 400,
           "peermem": True}
 CLI_TIMEOUT = 120
@@ -35,7 +36,7 @@ def own_ssh_files(folder: Path, dev_cluster: Any) -> dict[str, str]:
     `up` from its own nodes.tsv; these files keep this module independent of that.
     """
     config, known = [], []
-    for node in [*DEGRADED, *HEALTHY]:
+    for node in [*DEGRADED, *WARNED, *HEALTHY]:
         address = dev_cluster.nodes[node]
         config.append(f"Host {node}\n    HostName {address}\n")
         key = (dev_cluster.state_dir / "ssh" / "hostkeys" / f"{node}.pub").read_text().split()[:2]
@@ -62,7 +63,7 @@ def run_json(dev_cluster: Any, path: Path, *args: str) -> tuple[dict[str, Any], 
 @pytest.fixture(scope="module")
 def report(dev_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], int]:
     path = profile(tmp_path_factory.mktemp("hw"), dev_cluster)
-    return run_json(dev_cluster, path, "preflight", "--nodes", ",".join([*DEGRADED, *HEALTHY]), "--json")
+    return run_json(dev_cluster, path, "preflight", "--nodes", ",".join([*DEGRADED, *WARNED, *HEALTHY]), "--json")
 
 
 def not_passing(entry: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -77,6 +78,18 @@ def test_each_degraded_node_fails_exactly_its_check(report: tuple[dict[str, Any]
     assert list(not_passing(entry)) == [check_id]
     assert HEALTH_IDS <= {c["id"] for c in entry["checks"]}
     assert not_passing(entry)[check_id]["fix"]
+
+
+@pytest.mark.parametrize(("node", "check_id"), sorted(WARNED.items()))
+def test_each_misplaced_node_warns_exactly_its_check(report: tuple[dict[str, Any], int], node: str,
+                                                     check_id: str) -> None:
+    entry = {e["node"]: e for e in report[0]["nodes"]}[node]
+    assert entry["status"] == "warn"
+    assert list(not_passing(entry)) == [check_id]
+    assert not_passing(entry)[check_id]["message"] == (
+        "GPU 6 (00000000:BA:00.0): nearest HCA mlx5_4 (same PCIe switch) is not in network.ib_hca; "
+        "GPU 7 (00000000:DB:00.0): nearest HCA mlx5_4 (same PCIe switch) is not in network.ib_hca")
+    assert not_passing(entry)[check_id]["fix"].startswith("add mlx5_4 to network.ib_hca")
 
 
 def test_messages_name_the_gpu_or_port(report: tuple[dict[str, Any], int]) -> None:
@@ -109,7 +122,7 @@ def test_power_capped_node_with_pre_535_names_passes(report: tuple[dict[str, Any
     entry = {e["node"]: e for e in report[0]["nodes"]}["gpu-powercap"]
     assert entry["status"] == "pass", not_passing(entry)
     assert HEALTH_IDS <= {c["id"] for c in entry["checks"]}
-    assert report[0]["summary"] == {"pass": 1, "warn": 0, "fail": len(DEGRADED), "unreachable": 0}
+    assert report[0]["summary"] == {"pass": 1, "warn": len(WARNED), "fail": len(DEGRADED), "unreachable": 0}
     assert report[1] == 1
 
 

@@ -194,15 +194,23 @@ def ib_guid(n: int) -> str:
     return f"b859:9f03:00d4:{0x8a00 + n:04x}"
 
 
+def dgx_bridges(switch: int) -> tuple[str, ...]:
+    """Root port, switch upstream port, switch downstream port of slot `switch` on a DGX H100-like
+    board: PCIe switch k holds GPU k and mlx5_k (downstream ports .0 and .1 of the same bus)."""
+    base = 0x04 + 0x10 * switch
+    return (f"0000:{base:02x}:01.0", f"0000:{base + 1:02x}:00.0")
+
+
 def hca_pci(n: int) -> str:
     """PCI address of the n-th ConnectX-7, one per PCIe switch as on a DGX H100."""
     return f"0000:{0x0c + 0x10 * n:02x}:00.0"
 
 
 def ib_hca(n: int, **port: Any) -> Hca:
-    """mlx5_<n>: one InfiniBand port, GID 0 is the port's link-local GID."""
+    """mlx5_<n>: one InfiniBand port, GID 0 is the port's link-local GID; on GPU n's PCIe switch."""
     gid = Gid(f"fe80:0000:0000:0000:{ib_guid(n)}", "IB/RoCE v1")
-    return Hca(f"mlx5_{n}", hca_pci(n), {"1": Port(gids=[gid], **port)})
+    return Hca(f"mlx5_{n}", hca_pci(n), {"1": Port(gids=[gid], **port)}, numa_node=str(n // 4),
+               upstream=(*dgx_bridges(n), f"0000:{0x06 + 0x10 * n:02x}:01.0"))
 
 
 def roce_hca(n: int, ipv4_hex: str, v2_at: tuple[int, int] = (1, 3)) -> Hca:
@@ -386,6 +394,19 @@ def build_hca(root: Path, hca: Hca) -> None:
     link(root / "sys/class/infiniband" / hca.name, hca_dir)
 
 
+def build_gpu_functions(root: Path, node: Node) -> None:
+    """/sys/devices/... of each GPU's PCI function (GPU i on switch i, NUMA node i // 4) and
+    its /sys/bus/pci/devices link, as nvidia-smi's pci.bus_id names it."""
+    if node.smi != "ok":
+        return
+    for i in range(node.gpus):
+        address = f"0000:{H100_BUS_IDS[i].lower()}:00.0"
+        pci_dir = device_dir(root, address, (*dgx_bridges(i), f"0000:{0x06 + 0x10 * i:02x}:00.0"))
+        for name, value in dict(PCIE_GEN5_X16, numa_node=str(i // 4)).items():
+            write(pci_dir / name, value)
+        link(root / "sys/bus/pci/devices" / address, pci_dir)
+
+
 def build_iface(root: Path, name: str, iface: Iface) -> None:
     """/sys/devices/.../net/<if> and its /sys/class/net link; EINVAL attrs unreadable."""
     if_dir = device_dir(root, iface.pci) / "net" / name
@@ -494,6 +515,7 @@ def build_node(root: Path, node: Node) -> None:
             build_hca(root, hca)
     for name, iface in node.interfaces.items():
         build_iface(root, name, iface)
+    build_gpu_functions(root, node)
     build_smi(root / "bin", node)
     build_kernel_log(root, node)
 
@@ -605,7 +627,7 @@ def test_an_hcas_pci_function_link_numa_node_and_bridges_are_reported(tmp_path: 
     hca = probe_scenario(tmp_path, "ib-x8")["rdma"]["hcas"]["mlx5_2"]
     assert hca["pci"] == {"current_link_speed": "32.0 GT/s PCIe", "max_link_speed": "32.0 GT/s PCIe",
                           "current_link_width": "8", "max_link_width": "16", "numa_node": "0",
-                          "path": ["0000:00:01.0", "0000:2c:00.0"]}
+                          "path": ["0000:24:01.0", "0000:25:00.0", "0000:26:01.0", "0000:2c:00.0"]}
 
 
 def test_pci_path_is_empty_when_the_device_link_resolves_nowhere(tmp_path: Path) -> None:
