@@ -156,3 +156,17 @@ def test_audit_json_carries_the_new_facts_and_counter_growth(dev_cluster: Any, t
                             "--baseline", str(baseline))
     assert after["changes"] == [{"node": "ib-flap", "fact": "rdma.mlx5_1.1.counters.link_downed",
                                  "before": "37", "after": "41", "growth": 4}]
+
+
+def test_audit_drift_shows_the_gpu_nic_map_and_inactive_nvlinks(dev_cluster: Any, tmp_path: Path) -> None:
+    path = profile(tmp_path, dev_cluster)
+    data, _ = run_json(dev_cluster, path, "audit", "--nodes", "gpu-x8,gpu-powercap,nvlink-down,topo-far",
+                       "--format", "json")
+    facts = data["facts"]
+    assert facts["gpu-x8"]["gpu.6.nic"] == "mlx5_3 (same PCIe switch)"
+    assert facts["gpu-x8"]["gpu.6.vbios_version"] == "96.00.89.00.01"
+    assert facts["gpu-x8"]["gpu.6.clocks_applications_graphics"] == "1980 MHz"
+    assert facts["gpu-x8"]["rdma.mlx5_2.pci.current_link_width"] == "16"
+    drift = {d["fact"]: d for d in data["drift"]}
+    assert drift["gpu.6.nic"]["outliers"] == {"topo-far": "mlx5_4 (same PCIe switch)"}
+    assert drift["gpu.4.nvlinks_active"]["outliers"] == {"nvlink-down": "17/18"}
