@@ -275,6 +275,10 @@ CHECKS: dict[str, CheckText] = {
         "`--deep`",
         "fails: `environment.python` cannot import torch, torch is a CPU build, sees no GPU, has no "
         "NCCL backend, or its NCCL misses `expect.nccl`; warns when the probe ran without `--deep`"),
+    "dcgm.diag": CheckText(
+        "`--deep` (never in a job's preflight)",
+        "fails: `dcgmi diag -r 1` reports a failed test; passes with a note when dcgmi is not installed; "
+        "warns when the diagnostic cannot run (no DCGM host engine)"),
     "rdma.hca_present": CheckText(
         RDMA_RUNS,
         "fails: an HCA of `network.ib_hca` is missing (without `ib_hca`: there is no HCA at all)"),

@@ -13,6 +13,7 @@ from typing import Any
 
 from cluster_kit.checks import (
     container,
+    dcgm,
     gpu,
     gpu_health,
     gpu_recovery,
@@ -35,7 +36,7 @@ def evaluate(facts: Mapping[str, Any], profile_data: Mapping[str, Any], deep: bo
 
     `profile_data` is a resolved profile (or effective job settings): its
     `network`, `expect` and `environment` mappings are read. `deep` adds
-    nccl.torch (the probe ran with --deep).
+    nccl.torch and dcgm.diag (the probe ran with --deep).
     """
     findings = [
         *gpu.check(facts, profile_data),
@@ -43,6 +44,7 @@ def evaluate(facts: Mapping[str, Any], profile_data: Mapping[str, Any], deep: bo
         *gpu_recovery.check(facts, profile_data),
         *nvlink.check(facts, profile_data),
         *nccl.check(facts, profile_data, deep),
+        *dcgm.check(facts, profile_data, deep),
         *rdma.check(facts, profile_data),
         *rdma_errors.check(facts, profile_data),
         *rdma_pcie.check(facts, profile_data),

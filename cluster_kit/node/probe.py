@@ -35,6 +35,8 @@ PROBE_VERSION = 1
 ROOT_ENV = "CLUSTERKIT_PROBE_ROOT"
 COMMAND_TIMEOUT_S = 15
 DEEP_TIMEOUT_S = 60
+DCGM_TIMEOUT_S = 120      # `dcgmi diag -r 1` takes seconds; a busy host engine longer
+DCGM_OUTPUT_TAIL = 2000
 GPU_QUERY_FIELDS = ("index", "name", "uuid", "driver_version", "memory.total", "pci.bus_id")
 NCCL_SYSTEM_DIRS = (
     "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
@@ -886,13 +888,59 @@ def probe_torch(python: Optional[str]) -> Facts:
     return {"status": "error", "error": f"{python} printed no facts: {detail}", "python": python}
 
 
+# ---------------------------------------------------------------- dcgm (--dcgm)
+
+DCGM_ROW = re.compile(r"^\|\s*(.*?)\s*\|\s*(.*?)\s*\|\s*$")
+DCGM_RESULTS = ("Pass", "Fail", "Skip", "Warn")
+
+
+def parse_dcgm_diag(text: str) -> List[Facts]:
+    """[{"test": "PCIe", "result": "Fail - All", "details": ["GPU 0's NvLink ..."]}] of the
+    table `dcgmi diag -r N` prints; "Warning"/"Error"/"Info" rows (and a wrapped text's
+    nameless rows) belong to the test above them."""
+    tests = []  # type: List[Facts]
+    for line in text.splitlines():
+        row = DCGM_ROW.match(line.strip())
+        if row is None or line.strip().startswith("|-----"):
+            continue
+        name, value = row.group(1), row.group(2)
+        if value.startswith(DCGM_RESULTS) and name not in ("", "Warning", "Error", "Info"):
+            tests.append({"test": name, "result": value, "details": []})
+        elif tests and name in ("", "Warning", "Error", "Info") and value:
+            details = tests[-1]["details"]
+            if name or not details:
+                details.append(value)
+            else:
+                details[-1] = details[-1] + " " + value
+    return tests
+
+
+def probe_dcgm(run: bool) -> Facts:
+    """DCGM's quick diagnostic (`dcgmi diag -r 1`) where dcgmi is installed; only with --dcgm."""
+    if not run:
+        return {"status": "skipped"}
+    exe = which("dcgmi")
+    if exe is None:
+        return {"status": "absent", "error": "dcgmi not found on PATH (DCGM is not installed)"}
+    try:
+        code, out, err = run_command([exe, "diag", "-r", "1"], timeout=DCGM_TIMEOUT_S)
+    except (OSError, CommandTimeout) as exc:
+        return {"status": "error", "error": f"dcgmi diag -r 1: {exc}"}
+    tests = parse_dcgm_diag(out)
+    if not tests:
+        said = (out.strip() + "\n" + err.strip()).strip() or f"exit code {code}"
+        return {"status": "error", "error": "dcgmi diag -r 1: " + said[-DCGM_OUTPUT_TAIL:], "exit_code": code}
+    return {"status": "ok", "exit_code": code, "tests": tests}
+
+
 # ---------------------------------------------------------------- entry points
 
-def collect(deep_python: Optional[str] = None, env_python: Optional[str] = None) -> Facts:
+def collect(deep_python: Optional[str] = None, env_python: Optional[str] = None, dcgm: bool = False) -> Facts:
     """All facts of this machine (docs/architecture.md, "Probe facts").
 
     `env_python` (or `deep_python`) adds that interpreter's site-packages to
-    the libnccl search; `deep_python` also imports torch with it.
+    the libnccl search; `deep_python` also imports torch with it; `dcgm` runs
+    DCGM's quick diagnostic.
     """
     site_python = env_python or deep_python
     gpu = guarded(probe_gpu)
@@ -914,21 +962,26 @@ def collect(deep_python: Optional[str] = None, env_python: Optional[str] = None)
         "verbs": guarded(probe_verbs),
         "iommu": guarded(probe_iommu),
         "torch": guarded(probe_torch, deep_python),
+        "dcgm": guarded(probe_dcgm, dcgm),
     }
 
 
 def parse_args(argv: List[str]) -> Dict[str, Optional[str]]:
-    """{"deep": ..., "python": ...} of `--deep PYTHON --python PYTHON` (either spelled
-    `--opt=VALUE`); anything else (--help, a typo) goes to argparse, for its help
-    text and its errors, which only then is imported."""
-    options = {"deep": None, "python": None}  # type: Dict[str, Optional[str]]
+    """{"deep": ..., "python": ..., "dcgm": "1" or None} of `--deep PYTHON --python PYTHON
+    --dcgm` (the values also spelled `--opt=VALUE`); anything else (--help, a typo) goes
+    to argparse, for its help text and its errors, which only then is imported."""
+    options = {"deep": None, "python": None, "dcgm": None}  # type: Dict[str, Optional[str]]
     rest = list(argv)
     while rest:
+        if rest[0] == "--dcgm":
+            options["dcgm"] = "1"
+            rest.pop(0)
+            continue
         name, sep, value = rest.pop(0).partition("=")
         key = name[2:] if name.startswith("--") else ""
         if not sep:
             value = rest.pop(0) if rest else "-"
-        if key not in options or value.startswith("-"):
+        if key not in ("deep", "python") or value.startswith("-"):
             return full_parse_args(argv)
         options[key] = value
     return options
@@ -940,13 +993,14 @@ def full_parse_args(argv: List[str]) -> Dict[str, Optional[str]]:
     parser = argparse.ArgumentParser(prog="clusterkit-probe", description="clusterkit node probe: prints this node's facts as JSON")
     parser.add_argument("--deep", metavar="PYTHON", help="also import torch with this interpreter")
     parser.add_argument("--python", metavar="PYTHON", help="also search this interpreter's site-packages for libnccl")
+    parser.add_argument("--dcgm", action="store_const", const="1", help="also run `dcgmi diag -r 1` where DCGM is installed")
     return vars(parser.parse_args(argv))
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     """`python3 - [--python PYTHON] [--deep PYTHON]`: print the facts as one JSON line."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    sys.stdout.write(json.dumps(collect(args["deep"], args["python"]), sort_keys=True) + "\n")
+    sys.stdout.write(json.dumps(collect(args["deep"], args["python"], bool(args.get("dcgm"))), sort_keys=True) + "\n")
     return 0
 
 
