@@ -267,7 +267,8 @@ CHECKS: dict[str, CheckText] = {
         GPU_HEALTH_RUNS + ", and the probe read `nvidia-smi nvlink -s`",
         "fails: a GPU of a node with NVLinks lists an inactive link (or all links inactive), or a link's "
         "CRC / Replay / Recovery errors (`nvidia-smi nvlink -e`) exceed `expect.nvlink_error_thresholds` "
-        "(defaults below); GPUs without NVLink pass; warns when `nvidia-smi nvlink -s` fails"),
+        "(defaults below); GPUs without NVLink, or whose every link is inactive (a lone GPU of a board in "
+        "a VM), pass; warns when `nvidia-smi nvlink -s` fails"),
     "nccl.library": CheckText(
         "`expect.nccl` is set",
         "fails: no libnccl loads, or the first one a PyTorch job would load misses the specifier"),

@@ -6,9 +6,10 @@ errors per link, cumulative since the driver loaded or `nvidia-smi nvlink -re`).
 A down NVLink is the usual cause of a slow intra-node all-reduce: NCCL routes
 around it over fewer links, or over PCIe.
 
-A node has NVLinks when nvidia-smi lists a link for some GPU; a GPU there that
-lists an inactive link, or says all its links are inactive, fails. GPUs without
-NVLink (PCIe cards) list none and pass. A counter above its threshold fails:
+A node has NVLinks when nvidia-smi lists an active link for some GPU; a GPU there
+that lists an inactive link, or says all its links are inactive, fails. GPUs
+without NVLink (PCIe cards) list none, and a lone GPU of an NVLink board (a VM)
+lists only inactive ones: both pass. A counter above its threshold fails:
 `expect.nvlink_error_thresholds` over the defaults below (CRC variants such as
 "CRC Flit" count as `crc`). Runs with the GPU health checks.
 """
@@ -112,9 +113,10 @@ def check_nvlink(facts: Facts, profile: Profile, gpus: list[Mapping[str, Any]]) 
                       "run `nvidia-smi nvlink -s` on the node and check the driver")
     links = nvlink_gpus(facts)
     with_links = [index for index, gpu in links.items() if gpu.get("links")]
-    if not with_links:
-        note = " (nvidia-smi says all links are inactive on every GPU)" if any(
-            gpu.get("all_inactive") for gpu in links.values()) else ""
+    if not any(state != "inactive" for gpu in links.values() for state in (gpu.get("links") or {}).values()):
+        note = " active (every link nvidia-smi lists is inactive: a GPU of an NVLink board passed through " \
+            "alone, or a PCIe card without a bridge)" if with_links or any(
+                gpu.get("all_inactive") for gpu in links.values()) else ""
         return passed("gpu.nvlink", f"these GPUs have no NVLink{note}")
     down = [(index, inactive_links(gpu)) for index, gpu in links.items()]
     down = [(index, what) for index, what in down if what]

@@ -115,6 +115,16 @@ def test_gpus_without_nvlink_pass() -> None:
     assert found is not None and (found.status, found.message) == ("pass", "these GPUs have no NVLink")
 
 
+def test_a_node_whose_every_link_is_inactive_passes_as_without_nvlink() -> None:
+    """A VM given one GPU of an HGX board sees its links, all inactive: no NVLink to check."""
+    facts = healthy()
+    for gpu in facts["nvlink"]["gpus"].values():
+        gpu["links"] = dict.fromkeys(gpu["links"], "inactive")
+    found = finding(facts)
+    assert found is not None and found.status == "pass"
+    assert found.message.startswith("these GPUs have no NVLink active (every link nvidia-smi lists is inactive")
+
+
 def test_one_gpu_with_all_links_inactive_on_an_nvlink_node_fails() -> None:
     facts = healthy()
     facts["nvlink"]["gpus"]["5"] = probe.parse_nvlink_status(real("status-all-inactive-b200.txt"))["2"]
