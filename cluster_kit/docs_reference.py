@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster_kit.checks.gpu_health import RESET_XIDS
+from cluster_kit.checks.nvlink import DEFAULT_NVLINK_THRESHOLDS
 from cluster_kit.checks.rdma_errors import DEFAULT_THRESHOLDS
 from cluster_kit.config import json_schema, specs, vocab
 from cluster_kit.config import spec as config_spec
@@ -258,6 +259,16 @@ CHECKS: dict[str, CheckText] = {
         "fails: the kernel log (dmesg, else the journal) has an Xid that needs a GPU reset within "
         "`expect.xid_window` (default 24h): Xid " + ", ".join(str(x) for x in sorted(RESET_XIDS)) +
         "; warns when neither log is readable"),
+    "gpu.recovery_action": CheckText(
+        GPU_HEALTH_RUNS,
+        "fails: the driver reports a pending recovery action for a GPU (`gpu_recovery_action`: GPU Reset, "
+        "Node Reboot, Drain P2P, Drain and Reset); a driver that does not know the field passes"),
+    "gpu.nvlink": CheckText(
+        GPU_HEALTH_RUNS + ", and the probe read `nvidia-smi nvlink -s`",
+        "fails: a GPU of a node with NVLinks lists an inactive link (or all links inactive), or a link's "
+        "CRC / Replay / Recovery errors (`nvidia-smi nvlink -e`) exceed `expect.nvlink_error_thresholds` "
+        "(defaults below); GPUs without NVLink, or whose every link is inactive (a lone GPU of a board in "
+        "a VM), pass; warns when `nvidia-smi nvlink -s` fails"),
     "nccl.library": CheckText(
         "`expect.nccl` is set",
         "fails: no libnccl loads, or the first one a PyTorch job would load misses the specifier"),
@@ -265,6 +276,10 @@ CHECKS: dict[str, CheckText] = {
         "`--deep`",
         "fails: `environment.python` cannot import torch, torch is a CPU build, sees no GPU, has no "
         "NCCL backend, or its NCCL misses `expect.nccl`; warns when the probe ran without `--deep`"),
+    "dcgm.diag": CheckText(
+        "`--deep` (never in a job's preflight)",
+        "fails: `dcgmi diag -r 1` reports a failed test; passes with a note when dcgmi is not installed; "
+        "warns when the diagnostic cannot run (no DCGM host engine)"),
     "rdma.hca_present": CheckText(
         RDMA_RUNS,
         "fails: an HCA of `network.ib_hca` is missing (without `ib_hca`: there is no HCA at all)"),
@@ -289,6 +304,14 @@ CHECKS: dict[str, CheckText] = {
         RDMA_RUNS,
         "fails: an error counter of a checked port is above its threshold (`expect.ib_error_thresholds`, "
         "defaults below); warns instead when `network.ib_hca` is unset"),
+    "rdma.nic_pcie": CheckText(
+        RDMA_RUNS + ", and the probe read the HCAs' PCI functions",
+        "fails: a checked HCA's own PCIe link (`/sys/class/infiniband/<hca>/device/{current,max}_link_{width,speed}`) "
+        "is narrower or slower than its maximum; warns instead when `network.ib_hca` is unset"),
+    "topo.gpu_nic": CheckText(
+        RDMA_RUNS + ", and the probe resolved the GPUs' and HCAs' PCI paths",
+        "warns: a GPU's nearest HCA of the fabric (same PCIe switch, else same NUMA node) is not in "
+        "`network.ib_hca`, or the HCAs span sockets and none is local to some GPU; never fails"),
     "net.socket_ifname": CheckText(
         "`network.socket_ifname` is set",
         "fails: no interface matches it, or only interfaces that are down; warns when it selects "
@@ -322,6 +345,12 @@ def port_error_defaults() -> str:
                  [[f"`{name}`", str(value)] for name, value in DEFAULT_THRESHOLDS.items()])
 
 
+def nvlink_error_defaults() -> str:
+    """The default thresholds of gpu.nvlink (checks/nvlink.py)."""
+    return table(["counter", "default threshold"],
+                 [[f"`{name}`", str(value)] for name, value in DEFAULT_NVLINK_THRESHOLDS.items()])
+
+
 # ---------------------------------------------------------------- the file
 
 
@@ -333,6 +362,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "nccl-variables": nccl_variables,
     "check-ids": check_table,
     "port-error-defaults": port_error_defaults,
+    "nvlink-error-defaults": nvlink_error_defaults,
 }
 
 

@@ -1,7 +1,7 @@
 """Pure checks: probe facts + profile data -> findings (SPEC's check ids).
 
 Only the checks whose expectation or network setting the profile configures
-run; each family module says when (gpu, gpu_health, nccl, rdma, rdma_errors,
+run; each family module says when (gpu, gpu_health, gpu_recovery, nvlink, nccl, rdma, rdma_errors, rdma_pcie, topology,
 net, system). This
 package runs on the CLI and inside jobs (cluster_kit.checks.injob): standard library
 and `packaging` only.
@@ -13,13 +13,18 @@ from typing import Any
 
 from cluster_kit.checks import (
     container,
+    dcgm,
     gpu,
     gpu_health,
+    gpu_recovery,
     nccl,
     net,
+    nvlink,
     rdma,
     rdma_errors,
+    rdma_pcie,
     system,
+    topology,
 )
 from cluster_kit.checks.findings import Finding, worst
 
@@ -31,14 +36,19 @@ def evaluate(facts: Mapping[str, Any], profile_data: Mapping[str, Any], deep: bo
 
     `profile_data` is a resolved profile (or effective job settings): its
     `network`, `expect` and `environment` mappings are read. `deep` adds
-    nccl.torch (the probe ran with --deep).
+    nccl.torch and dcgm.diag (the probe ran with --deep).
     """
     findings = [
         *gpu.check(facts, profile_data),
         *gpu_health.check(facts, profile_data),
+        *gpu_recovery.check(facts, profile_data),
+        *nvlink.check(facts, profile_data),
         *nccl.check(facts, profile_data, deep),
+        *dcgm.check(facts, profile_data, deep),
         *rdma.check(facts, profile_data),
         *rdma_errors.check(facts, profile_data),
+        *rdma_pcie.check(facts, profile_data),
+        *topology.check(facts, profile_data),
         *net.check(facts, profile_data),
         *system.check(facts, profile_data),
         *container.check(facts, profile_data),

@@ -27,6 +27,7 @@ from cluster_kit.checks.rdma import (
     loaded_peermem,
     rate_gbps,
 )
+from cluster_kit.checks.topology import affinity_order, nearest_hcas
 
 Facts = Mapping[str, Any]
 LAYER_FABRIC = {"InfiniBand": "infiniband", "Ethernet": "roce"}
@@ -199,7 +200,7 @@ def derive_network(out: Derivation, facts_by_node: Mapping[str, Facts]) -> str:
     fabric = LAYER_FABRIC[kinds.value[0]]
     out.set("network", "fabric", fabric,
             f"link layer {kinds.value[0]} of the ACTIVE ports {kinds.share(len(nodes))} (ports/*/link_layer)")
-    chosen = derive_ib_hca(out, ports, kinds.value)
+    chosen = derive_ib_hca(out, ports, kinds.value, facts_by_node[nodes[0]])
     derive_socket_ifname(out, facts_by_node)
     if fabric == "roce":
         derive_gid_index(out, ports, chosen)
@@ -221,16 +222,22 @@ def _number(value: float) -> int | float:
 
 
 def derive_ib_hca(out: Derivation, ports: Mapping[str, list[Port]],
-                  kind: tuple[str, float | None]) -> list[str]:
-    """ib_hca: each port ACTIVE with the fabric's kind on most nodes; others noted."""
+                  kind: tuple[str, float | None], reference: Facts | None = None) -> list[str]:
+    """ib_hca: each port ACTIVE with the fabric's kind on most nodes, ordered by the
+    reference node's GPU affinity (GPU 0's nearest HCA first) where its probe read the
+    PCI topology; others noted."""
     nodes = list(ports)
     good = {node: {p.name for p in node_list if p.active and p.kind == kind} for node, node_list in ports.items()}
     names = list(dict.fromkeys(p.name for node_list in ports.values() for p in node_list))
     chosen = [name for name in names
               if vote({node: name in good[node] for node in nodes}, nodes[0]).value]
+    known = reference is not None and bool(nearest_hcas(reference))
+    if reference is not None and known:
+        chosen = affinity_order(reference, chosen)
+    by_gpu = ", in GPU order (each GPU's nearest HCA: same PCIe switch, else NUMA node)" if known else ""
     out.set("network", "ib_hca", chosen,
             f"the {len(chosen)} ACTIVE {kind_text(kind)} port{'s' if len(chosen) != 1 else ''} "
-            f"(/sys/class/infiniband/*/ports/*/state, phys_state)")
+            f"(/sys/class/infiniband/*/ports/*/state, phys_state){by_gpu}")
     _note_left_out(out, ports, chosen, kind)
     _port_outliers(out, ports, chosen, good)
     return chosen

@@ -195,6 +195,9 @@ EXPECT = Section({
         "symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
         "local_link_integrity_errors", "excessive_buffer_overrun_errors",
         "port_rcv_remote_physical_errors")}, fill=False),
+    # `nvidia-smi nvlink -e` counters per link; unset ones keep cluster_kit.checks.nvlink's defaults.
+    "nvlink_error_thresholds": Section({name: Field(integer(lo=0)) for name in ("crc", "replay", "recovery")},
+                                      fill=False),
 })
 
 
@@ -346,6 +349,9 @@ DESCRIPTIONS: dict[str, str] = {
        for name in ("symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
                     "local_link_integrity_errors", "excessive_buffer_overrun_errors",
                     "port_rcv_remote_physical_errors")},
+    "expect.nvlink_error_thresholds": "gpu.nvlink: per-link error counter limits; a link above one fails (defaults in docs/reference.md).",
+    **{f"expect.nvlink_error_thresholds.{name}": f"An NVLink whose {label} errors (`nvidia-smi nvlink -e`) are above this fails (gpu.nvlink)."
+       for name, label in (("crc", "CRC"), ("replay", "Replay"), ("recovery", "Recovery"))},
     "job": "A clusterkit job file: what to run, on which profile.",
     "job.name": "Job name (--job-name); defaults to the file name.",
     "job.profile": "Cluster profile: a name on the search path, or a path to a .yaml.",

@@ -13,6 +13,7 @@ from typing import Any
 
 from cluster_kit.checks.gpu_health import FAILING_REASONS, RESET_XIDS
 from cluster_kit.checks.rdma import loaded_peermem
+from cluster_kit.checks.topology import nearest_hcas
 
 FlatFacts = dict[str, str]
 
@@ -42,7 +43,9 @@ GPU_HEALTH_KEYS = ("persistence_mode", "ecc_mode_current", "ecc_errors_uncorrect
                    "ecc_errors_uncorrected_aggregate_total", "retired_pages_pending",
                    "remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending",
                    "remapped_rows_failure", "pcie_link_gen_max", "pcie_link_width_current",
-                   "pcie_link_width_max")
+                   "pcie_link_width_max", "vbios_version", "clocks_applications_graphics",
+                   "clocks_applications_memory", "gpu_recovery_action")
+HCA_PCI_KEYS = ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width", "numa_node")
 NOT_REPORTED = ("[N/A]", "N/A", "[Not Supported]")
 TORCH_KEYS = ("version", "cuda", "nccl", "cuda_available", "device_count", "distributed_nccl")
 ZERO_GID = re.compile(r"^[0:]+$")
@@ -139,6 +142,7 @@ def flatten_rdma(flat: FlatFacts, rdma: Mapping[str, Any]) -> None:
     for name, hca_data in hcas.items():
         hca = mapping(hca_data)
         put_keys(flat, f"rdma.{name}", hca, HCA_KEYS)
+        put_keys(flat, f"rdma.{name}.pci", mapping(hca.get("pci")), HCA_PCI_KEYS)
         for number, port in mapping(hca.get("ports")).items():
             flatten_port(flat, f"rdma.{name}.{number}", mapping(port))
 
@@ -151,6 +155,30 @@ def flatten_xid(flat: FlatFacts, xid: Mapping[str, Any]) -> None:
     codes = {event.get("xid") for event in xid.get("events") or [] if isinstance(event, Mapping)}
     reset = sorted(code for code in RESET_XIDS if code in codes)
     put(flat, "xid.reset_codes", ",".join(str(code) for code in reset) or "none")
+
+
+def flatten_topo(flat: FlatFacts, topo: Mapping[str, Any]) -> None:
+    """gpu.<i>.numa_node: the NUMA node of each GPU's PCI function."""
+    for index, pci in mapping(topo.get("gpus")).items():
+        put(flat, f"gpu.{index}.numa_node", mapping(pci).get("numa_node"))
+
+
+def flatten_nvlink(flat: FlatFacts, nvlink: Mapping[str, Any]) -> None:
+    """gpu.<i>.nvlinks_active (of the links nvidia-smi lists; only GPUs that have NVLinks)."""
+    for index, gpu_data in mapping(nvlink.get("gpus")).items():
+        gpu = mapping(gpu_data)
+        links = mapping(gpu.get("links"))
+        if links or gpu.get("all_inactive"):
+            active = sum(1 for state in links.values() if state != "inactive")
+            put(flat, f"gpu.{index}.nvlinks_active", f"{active}/{len(links)}" if links else "0")
+
+
+def flatten_gpu_nic(flat: FlatFacts, facts: Mapping[str, Any]) -> None:
+    """gpu.<i>.nic: the HCAs nearest each GPU ("mlx5_6", "none"), with how near
+    ("mlx5_6 (same PCIe switch)"), the GPU<->NIC map audit compares across nodes."""
+    for near in nearest_hcas(facts):
+        shown = f"{','.join(near.hcas)} ({near.tier})" if near.hcas else "none"
+        put(flat, f"gpu.{near.gpu}.nic", shown)
 
 
 def flatten_net(flat: FlatFacts, net: Mapping[str, Any]) -> None:
@@ -187,7 +215,7 @@ def flatten_torch(flat: FlatFacts, torch: Mapping[str, Any]) -> None:
 
 # One flattener per probe section, in the order the flat facts are built.
 FLATTENERS = {
-    "os": flatten_os, "gpu": flatten_gpu, "xid": flatten_xid, "nccl": flatten_nccl, "rdma": flatten_rdma, "net": flatten_net,
+    "os": flatten_os, "gpu": flatten_gpu, "topo": flatten_topo, "nvlink": flatten_nvlink, "xid": flatten_xid, "nccl": flatten_nccl, "rdma": flatten_rdma, "net": flatten_net,
     "peermem": flatten_peermem, "memlock": flatten_memlock, "iommu": flatten_iommu, "torch": flatten_torch,
 }
 SECTIONS = tuple(FLATTENERS)
@@ -215,6 +243,7 @@ def flatten(facts: Mapping[str, Any]) -> FlatFacts:
     put(flat, "hostname", facts.get("hostname"))
     for name in SECTIONS:
         flatten_section(flat, name, mapping(facts.get(name)))
+    flatten_gpu_nic(flat, facts)
     return flat
 
 

@@ -30,11 +30,12 @@ def build_probe_command(python: str, deep: bool = False) -> str:
     """The remote command that runs the probe read from stdin.
 
     `python` is the job's interpreter: the probe looks for libnccl in its
-    site-packages too, and imports torch with it when `deep`. The probe itself
+    site-packages too, and imports torch with it when `deep` (which also runs
+    DCGM's quick diagnostic, `--dcgm`: only here, never in a job). The probe itself
     runs on the node's python3, or RHEL's platform-python where that is all
     there is; neither found exits 127 with "python3 not found".
     """
-    args = ["--python", python] + (["--deep", python] if deep else [])
+    args = ["--python", python] + (["--deep", python, "--dcgm"] if deep else [])
     script = ('for p in python3 /usr/libexec/platform-python; do '
               'if command -v "$p" >/dev/null 2>&1; then exec "$p" - "$@"; fi; done; '
               'echo "python3 not found" >&2; exit 127')

@@ -33,6 +33,11 @@ import torch
 import torch.distributed as dist
 
 MARKER = "CLUSTERKIT_ALLREDUCE "
+# Test hook (the dev cluster's `bench allreduce --find-slow` test): on the host named by
+# $CLUSTERKIT_SWEEP_SLOW_HOST every timed all-reduce waits $CLUSTERKIT_SWEEP_SLOW_S seconds
+# first (default 0.01), as a node with a slow link would hold up every rank.
+SLOW_HOST_ENV = "CLUSTERKIT_SWEEP_SLOW_HOST"
+SLOW_SECONDS_ENV = "CLUSTERKIT_SWEEP_SLOW_S"
 PERIOD = 17  # pattern period; 17 * world_size stays far below 2**24
 DTYPE = torch.float32
 ELEMENT_BYTES = 4
@@ -127,7 +132,15 @@ def worst_across_ranks(value: int, device: torch.device) -> int:
     return int(t.item())
 
 
-def time_allreduce(buf: torch.Tensor, warmup: int, iters: int) -> float:
+def planted_delay() -> float:
+    """Seconds this host waits before each timed all-reduce (0 unless the test hook names it)."""
+    slow = os.environ.get(SLOW_HOST_ENV, "")
+    if not slow or slow not in (os.uname().nodename, os.uname().nodename.split(".")[0]):
+        return 0.0
+    return float(os.environ.get(SLOW_SECONDS_ENV, "0.01"))
+
+
+def time_allreduce(buf: torch.Tensor, warmup: int, iters: int, delay: float = 0.0) -> float:
     """Mean seconds per all-reduce over ``iters`` back-to-back calls.
 
     The buffer's values grow by the world size each call (and may reach inf);
@@ -137,19 +150,23 @@ def time_allreduce(buf: torch.Tensor, warmup: int, iters: int) -> float:
         dist.all_reduce(buf)
     dist.barrier()
     if buf.is_cuda:
-        return _time_cuda(buf, iters)
+        return _time_cuda(buf, iters, delay)
     start = time.perf_counter()
     for _ in range(iters):
+        if delay:
+            time.sleep(delay)
         dist.all_reduce(buf)
     return (time.perf_counter() - start) / iters
 
 
-def _time_cuda(buf: torch.Tensor, iters: int) -> float:
+def _time_cuda(buf: torch.Tensor, iters: int, delay: float = 0.0) -> float:
     torch.cuda.synchronize(buf.device)
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(iters):
+        if delay:
+            time.sleep(delay)
         dist.all_reduce(buf)
     end.record()
     end.synchronize()
@@ -163,7 +180,7 @@ def measure_size(
     rank, world = dist.get_rank(), dist.get_world_size()
     buf = torch.empty(nbytes // ELEMENT_BYTES, dtype=DTYPE, device=device)
     wrong = worst_across_ranks(check_once(buf, rank, world, args.corrupt_rank), device)
-    seconds = time_allreduce(buf, args.warmup, args.iters)
+    seconds = time_allreduce(buf, args.warmup, args.iters, planted_delay())
     algbw, busbw = bandwidths(nbytes, seconds, world)
     return {
         "kind": "result",

@@ -35,6 +35,8 @@ PROBE_VERSION = 1
 ROOT_ENV = "CLUSTERKIT_PROBE_ROOT"
 COMMAND_TIMEOUT_S = 15
 DEEP_TIMEOUT_S = 60
+DCGM_TIMEOUT_S = 120      # `dcgmi diag -r 1` takes seconds; a busy host engine longer
+DCGM_OUTPUT_TAIL = 2000
 GPU_QUERY_FIELDS = ("index", "name", "uuid", "driver_version", "memory.total", "pci.bus_id")
 NCCL_SYSTEM_DIRS = (
     "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
@@ -48,6 +50,11 @@ GPU_HEALTH_FIELDS = (
     "retired_pages.pending", "pcie.link.gen.current", "pcie.link.gen.max",
     "pcie.link.width.current", "pcie.link.width.max", "temperature.gpu",
 )
+# Asked first where the driver knows them: the driver's own verdict (gpu_recovery_action,
+# newer drivers only), and what audit compares across nodes. A driver refusing one is
+# asked again without these.
+GPU_MORE_FIELDS = ("vbios_version", "clocks.applications.graphics", "clocks.applications.memory",
+                   "gpu_recovery_action")
 EVENT_PREFIX = "clocks_event_reasons."
 THROTTLE_PREFIX = "clocks_throttle_reasons."  # the same fields' names before driver 535
 CLOCK_REASON_FIELDS = ("active",)
@@ -58,6 +65,10 @@ PORT_ATTRS = ("state", "phys_state", "rate", "link_layer", "lid", "sm_lid")
 HCA_ATTRS = ("fw_ver", "node_guid", "sys_image_guid", "board_id", "hca_type", "node_type")
 NET_ATTRS = ("operstate", "carrier", "mtu", "address", "speed", "type")
 PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
+# A PCI function's link and place (Documentation/ABI/testing/sysfs-bus-pci):
+# "32.0 GT/s PCIe", "16"; numa_node -1 when the platform does not say.
+PCI_DEVICE_ATTRS = ("current_link_speed", "max_link_speed", "current_link_width", "max_link_width", "numa_node")
+PCI_ADDRESS = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 # Error counters of an HCA port (Documentation/ABI/stable/sysfs-class-infiniband).
 PORT_ERROR_COUNTERS = (
     "symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
@@ -68,6 +79,12 @@ XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\): (\d+),\s*(.*)")
 DMESG_STAMP = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]")
 XID_LOOKBACK_S = 7 * 24 * 3600   # how far back the journal is read (expect.xid_window may not exceed it)
 XID_MAX_EVENTS = 50              # newest first; a GPU in an XID storm must not bloat the facts
+# `nvidia-smi nvlink -s` / `-e`: "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)", then
+# "\t Link 3: 26.562 GB/s" or "Link 3: <inactive>", "\t Link 0: Replay Errors: 0".
+NVLINK_GPU = re.compile(r"^GPU (\d+): ")
+NVLINK_LINK = re.compile(r"^\s*Link (\d+): (.*?)\s*$")
+NVLINK_ERROR = re.compile(r"^(.+?) Errors?: (\d+)$")
+NVLINK_ALL_INACTIVE = "all links are inactive"
 IOMMU_FLAG = re.compile(r"^(iommu|intel_iommu|amd_iommu)(=|$)")
 
 Facts = Dict[str, Any]
@@ -253,20 +270,25 @@ def health_queries() -> List[Tuple[str, ...]]:
     """The --query-gpu field lists to try, widest first.
 
     Drivers before 535 know the clock reasons only as clocks_throttle_reasons.*;
+    drivers before gpu_recovery_action are asked again without GPU_MORE_FIELDS;
     a driver refusing every health field still answers the basic query.
     """
-    return [GPU_QUERY_FIELDS + GPU_HEALTH_FIELDS + tuple(prefix + f for f in CLOCK_REASON_FIELDS)
-            for prefix in (EVENT_PREFIX, THROTTLE_PREFIX)] + [GPU_QUERY_FIELDS]
+    clocks = [tuple(prefix + f for f in CLOCK_REASON_FIELDS) for prefix in (EVENT_PREFIX, THROTTLE_PREFIX)]
+    return ([GPU_QUERY_FIELDS + GPU_HEALTH_FIELDS + GPU_MORE_FIELDS + clock for clock in clocks]
+            + [GPU_QUERY_FIELDS + GPU_HEALTH_FIELDS + clock for clock in clocks] + [GPU_QUERY_FIELDS])
 
 
 def query_gpus(exe: str) -> Tuple[int, str, str, Tuple[str, ...], List[str]]:
     """(code, stdout, stderr, fields asked, fields refused on the way) of the widest query the driver takes.
 
-    Only an invalid-field answer moves on to the next, narrower query, so a
-    healthy node costs one call and a broken driver's error is reported as is.
+    Only an invalid-field answer moves on, to the next query without the refused
+    field, so a healthy node costs one call and a broken driver's error is
+    reported as is.
     """
     refused = []  # type: List[str]
     for fields in health_queries():
+        if fields != GPU_QUERY_FIELDS and any(field in refused for field in fields):
+            continue
         code, out, err = run_command([exe, "--query-gpu=" + ",".join(fields), "--format=csv,noheader"])
         bad = INVALID_FIELD.search(out + err)
         if code == 0 or bad is None or fields == GPU_QUERY_FIELDS:
@@ -313,6 +335,91 @@ def probe_remapped_rows(exe: str, gpus: List[Dict[str, str]]) -> Facts:
     for gpu in gpus:
         gpu.update(rows.get(gpu.get("pci_bus_id", ""), {}))
     return {}
+
+
+# ---------------------------------------------------------------- topology
+
+def sysfs_pci_address(bus_id: str) -> str:
+    """nvidia-smi's "00000000:18:00.0" as sysfs names the function: "0000:18:00.0"."""
+    domain, _, rest = bus_id.strip().lower().partition(":")
+    return domain[-4:].rjust(4, "0") + ":" + rest
+
+
+def probe_topo(gpu_facts: Facts) -> Facts:
+    """Each listed GPU's PCI function (/sys/bus/pci/devices/<bus id>): NUMA node, link, path."""
+    gpus = gpu_facts.get("gpus") if gpu_facts.get("status") == "ok" else None
+    if not gpus:
+        return {"status": "absent", "error": "nvidia-smi listed no GPU"}
+    devices = {}
+    for gpu in gpus:
+        address = sysfs_pci_address(gpu.get("pci_bus_id") or "")
+        devices[gpu.get("index", address)] = read_pci_device(host_path("/sys/bus/pci/devices/" + address))
+    return {"status": "ok", "gpus": devices}
+
+
+# ---------------------------------------------------------------- nvlink
+
+def parse_nvlink_status(text: str) -> Dict[str, Facts]:
+    """{gpu index: {"links": {link: "26.562 GB/s" | "inactive"}, "all_inactive": bool}}
+    from `nvidia-smi nvlink -s`; a GPU without NVLink has no link lines."""
+    gpus = {}  # type: Dict[str, Facts]
+    current = None  # type: Optional[Facts]
+    for line in text.splitlines():
+        gpu, link = NVLINK_GPU.match(line), NVLINK_LINK.match(line)
+        if gpu:
+            current = gpus.setdefault(gpu.group(1), {"links": {}, "all_inactive": False})
+        elif current is not None and link:
+            state = link.group(2)
+            current["links"][link.group(1)] = "inactive" if state.strip("<>").lower() == "inactive" else state
+        elif current is not None and NVLINK_ALL_INACTIVE in line.lower():
+            current["all_inactive"] = True
+    return gpus
+
+
+def parse_nvlink_errors(text: str) -> Dict[str, Dict[str, Dict[str, str]]]:
+    """{gpu index: {link: {"replay": "0", "recovery": "0", "crc": "0"}}} from `nvidia-smi nvlink -e`."""
+    gpus = {}  # type: Dict[str, Dict[str, Dict[str, str]]]
+    current = None  # type: Optional[Dict[str, Dict[str, str]]]
+    for line in text.splitlines():
+        gpu, link = NVLINK_GPU.match(line), NVLINK_LINK.match(line)
+        if gpu:
+            current = gpus.setdefault(gpu.group(1), {})
+        elif current is not None and link:
+            error = NVLINK_ERROR.match(link.group(2))
+            if error:
+                kind = error.group(1).strip().lower().replace(" ", "_")
+                current.setdefault(link.group(1), {})[kind] = error.group(2)
+    return gpus
+
+
+def run_nvlink(exe: str, flag: str) -> Tuple[Optional[str], str]:
+    """(stdout, "") of `nvidia-smi nvlink FLAG`, or (None, what went wrong)."""
+    try:
+        code, out, err = run_command([exe, "nvlink", flag])
+    except (OSError, CommandTimeout) as exc:
+        return None, str(exc)
+    if code != 0 and NVLINK_ALL_INACTIVE not in (out + err).lower():
+        return None, (out.strip() + " " + err.strip()).strip() or f"exit code {code}"
+    return out + err, ""
+
+
+def probe_nvlink() -> Facts:
+    """NVLink state per GPU and link (`nvidia-smi nvlink -s`) and, where a GPU has links,
+    their error counters (`nvidia-smi nvlink -e`)."""
+    exe = which("nvidia-smi")
+    if exe is None:
+        return {"status": "absent", "error": "nvidia-smi not found on PATH"}
+    status, why = run_nvlink(exe, "-s")
+    if status is None:
+        return {"status": "error", "error": "nvidia-smi nvlink -s: " + why}
+    gpus = parse_nvlink_status(status)
+    if any(gpu["links"] for gpu in gpus.values()):
+        errors, why = run_nvlink(exe, "-e")
+        if errors is None:
+            return {"status": "ok", "gpus": gpus, "errors_error": "nvidia-smi nvlink -e: " + why}
+        for index, links in parse_nvlink_errors(errors).items():
+            gpus.setdefault(index, {"links": {}, "all_inactive": False})["errors"] = links
+    return {"status": "ok", "gpus": gpus}
 
 
 # ---------------------------------------------------------------- nccl
@@ -521,9 +628,26 @@ def read_port_counters(port_dir: str) -> Dict[str, str]:
     return {name: value for name, value in counters.items() if value is not None}
 
 
+def pci_path(device_dir: str) -> List[str]:
+    """The PCI functions from the root port down to this device ("0000:17:00.0", ...),
+    read off the sysfs path the device's link resolves to; [] when it resolves nowhere."""
+    real = os.path.realpath(device_dir)
+    if not os.path.isdir(real):
+        return []
+    return [part.lower() for part in real.split(os.sep) if PCI_ADDRESS.match(part)]
+
+
+def read_pci_device(device_dir: str) -> Facts:
+    """A PCI function's link speed/width (current and max), NUMA node and path."""
+    device = read_attrs(device_dir, PCI_DEVICE_ATTRS)  # type: Facts
+    device["path"] = pci_path(device_dir)
+    return device
+
+
 def read_hca(hca_dir: str) -> Facts:
-    """One HCA: firmware, GUIDs, board, its netdevs and its ports."""
+    """One HCA: firmware, GUIDs, board, its PCI function, its netdevs and its ports."""
     hca = read_attrs(hca_dir, HCA_ATTRS)  # type: Facts
+    hca["pci"] = read_pci_device(os.path.join(hca_dir, "device"))
     hca["netdevs"] = list_dir(os.path.join(hca_dir, "device", "net"))
     ports_dir = os.path.join(hca_dir, "ports")
     hca["ports"] = {port: read_port(os.path.join(ports_dir, port)) for port in list_dir(ports_dir)}
@@ -764,21 +888,70 @@ def probe_torch(python: Optional[str]) -> Facts:
     return {"status": "error", "error": f"{python} printed no facts: {detail}", "python": python}
 
 
+# ---------------------------------------------------------------- dcgm (--dcgm)
+
+DCGM_ROW = re.compile(r"^\|\s*(.*?)\s*\|\s*(.*?)\s*\|\s*$")
+DCGM_RESULTS = ("Pass", "Fail", "Skip", "Warn")
+
+
+def parse_dcgm_diag(text: str) -> List[Facts]:
+    """[{"test": "PCIe", "result": "Fail - All", "details": ["GPU 0's NvLink ..."]}] of the
+    table `dcgmi diag -r N` prints; "Warning"/"Error"/"Info" rows (and a wrapped text's
+    nameless rows) belong to the test above them."""
+    tests = []  # type: List[Facts]
+    for line in text.splitlines():
+        row = DCGM_ROW.match(line.strip())
+        if row is None or line.strip().startswith("|-----"):
+            continue
+        name, value = row.group(1), row.group(2)
+        if value.startswith(DCGM_RESULTS) and name not in ("", "Warning", "Error", "Info"):
+            tests.append({"test": name, "result": value, "details": []})
+        elif tests and name in ("", "Warning", "Error", "Info") and value:
+            details = tests[-1]["details"]
+            if name or not details:
+                details.append(value)
+            else:
+                details[-1] = details[-1] + " " + value
+    return tests
+
+
+def probe_dcgm(run: bool) -> Facts:
+    """DCGM's quick diagnostic (`dcgmi diag -r 1`) where dcgmi is installed; only with --dcgm."""
+    if not run:
+        return {"status": "skipped"}
+    exe = which("dcgmi")
+    if exe is None:
+        return {"status": "absent", "error": "dcgmi not found on PATH (DCGM is not installed)"}
+    try:
+        code, out, err = run_command([exe, "diag", "-r", "1"], timeout=DCGM_TIMEOUT_S)
+    except (OSError, CommandTimeout) as exc:
+        return {"status": "error", "error": f"dcgmi diag -r 1: {exc}"}
+    tests = parse_dcgm_diag(out)
+    if not tests:
+        said = (out.strip() + "\n" + err.strip()).strip() or f"exit code {code}"
+        return {"status": "error", "error": "dcgmi diag -r 1: " + said[-DCGM_OUTPUT_TAIL:], "exit_code": code}
+    return {"status": "ok", "exit_code": code, "tests": tests}
+
+
 # ---------------------------------------------------------------- entry points
 
-def collect(deep_python: Optional[str] = None, env_python: Optional[str] = None) -> Facts:
+def collect(deep_python: Optional[str] = None, env_python: Optional[str] = None, dcgm: bool = False) -> Facts:
     """All facts of this machine (docs/architecture.md, "Probe facts").
 
     `env_python` (or `deep_python`) adds that interpreter's site-packages to
-    the libnccl search; `deep_python` also imports torch with it.
+    the libnccl search; `deep_python` also imports torch with it; `dcgm` runs
+    DCGM's quick diagnostic.
     """
     site_python = env_python or deep_python
+    gpu = guarded(probe_gpu)
     return {
         "probe_version": PROBE_VERSION,
         "hostname": os.uname().nodename,
         "slurm_node": os.environ.get("SLURMD_NODENAME"),
         "os": guarded(probe_os),
-        "gpu": guarded(probe_gpu),
+        "gpu": gpu,
+        "topo": guarded(probe_topo, gpu),
+        "nvlink": guarded(probe_nvlink),
         "xid": guarded(probe_xid),
         "nccl": guarded(probe_nccl, site_python),
         "rdma": guarded(probe_rdma),
@@ -789,21 +962,26 @@ def collect(deep_python: Optional[str] = None, env_python: Optional[str] = None)
         "verbs": guarded(probe_verbs),
         "iommu": guarded(probe_iommu),
         "torch": guarded(probe_torch, deep_python),
+        "dcgm": guarded(probe_dcgm, dcgm),
     }
 
 
 def parse_args(argv: List[str]) -> Dict[str, Optional[str]]:
-    """{"deep": ..., "python": ...} of `--deep PYTHON --python PYTHON` (either spelled
-    `--opt=VALUE`); anything else (--help, a typo) goes to argparse, for its help
-    text and its errors, which only then is imported."""
-    options = {"deep": None, "python": None}  # type: Dict[str, Optional[str]]
+    """{"deep": ..., "python": ..., "dcgm": "1" or None} of `--deep PYTHON --python PYTHON
+    --dcgm` (the values also spelled `--opt=VALUE`); anything else (--help, a typo) goes
+    to argparse, for its help text and its errors, which only then is imported."""
+    options = {"deep": None, "python": None, "dcgm": None}  # type: Dict[str, Optional[str]]
     rest = list(argv)
     while rest:
+        if rest[0] == "--dcgm":
+            options["dcgm"] = "1"
+            rest.pop(0)
+            continue
         name, sep, value = rest.pop(0).partition("=")
         key = name[2:] if name.startswith("--") else ""
         if not sep:
             value = rest.pop(0) if rest else "-"
-        if key not in options or value.startswith("-"):
+        if key not in ("deep", "python") or value.startswith("-"):
             return full_parse_args(argv)
         options[key] = value
     return options
@@ -815,13 +993,14 @@ def full_parse_args(argv: List[str]) -> Dict[str, Optional[str]]:
     parser = argparse.ArgumentParser(prog="clusterkit-probe", description="clusterkit node probe: prints this node's facts as JSON")
     parser.add_argument("--deep", metavar="PYTHON", help="also import torch with this interpreter")
     parser.add_argument("--python", metavar="PYTHON", help="also search this interpreter's site-packages for libnccl")
+    parser.add_argument("--dcgm", action="store_const", const="1", help="also run `dcgmi diag -r 1` where DCGM is installed")
     return vars(parser.parse_args(argv))
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     """`python3 - [--python PYTHON] [--deep PYTHON]`: print the facts as one JSON line."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    sys.stdout.write(json.dumps(collect(args["deep"], args["python"]), sort_keys=True) + "\n")
+    sys.stdout.write(json.dumps(collect(args["deep"], args["python"], bool(args.get("dcgm"))), sort_keys=True) + "\n")
     return 0
 
 

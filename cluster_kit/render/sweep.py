@@ -44,11 +44,21 @@ def build_sweep_context(max_bytes: str | None) -> dict[str, Any]:
     return {"sweep": build_heredoc(source, "CLUSTERKIT_SWEEP"), "sweep_args": args}
 
 
-def render_allreduce(app: Any, job: Any, max_bytes: str | None) -> str:
-    """The sbatch script of the sweep with the resources of `job`."""
+def on_nodes(settings: dict[str, Any], nodes: list[str]) -> dict[str, Any]:
+    """The sweep's settings on exactly these nodes (one narrowing run of --find-slow)."""
+    from cluster_kit.hostlist import fold
+
+    slurm = dict(settings["slurm"], nodelist=fold(nodes), exclude=None)
+    return dict(settings, nodes=len(nodes), slurm=slurm)
+
+
+def render_allreduce(app: Any, job: Any, max_bytes: str | None, nodes: list[str] | None = None) -> str:
+    """The sbatch script of the sweep with the resources of `job` (on `nodes` when given)."""
     from cluster_kit.config.effective import effective
     from cluster_kit.render.environment import render_job
 
     settings = sweep_settings(effective(job, supervised=False))
+    if nodes:
+        settings = on_nodes(settings, nodes)
     return render_job(settings, app.search.template_dirs(), template="allreduce",
                       extra=build_sweep_context(max_bytes))

@@ -153,3 +153,17 @@ def summarise(
     summary = f"large-message busbw: {large_busbw:.2f} GB/s ({basis}) -> {verdict}"
     text = "\n".join([format_table(rows), summary, *notes])
     return text, doc, passed
+
+
+def format_find_slow(found: Any, job_ids: list[str]) -> tuple[str, dict[str, Any]]:
+    """(table text, JSON document) of a --find-slow narrowing: each run's nodes and busbw."""
+    runs = [{"run": number, "step": run.step, "nodes": list(run.nodes), "busbw_gbps": run.busbw_gbps,
+             "slow": run.slow, "job_id": job_id}
+            for number, (run, job_id) in enumerate(zip(found.runs, job_ids), start=1)]
+    lines = [f"{'run':>3}  {'step':<5} {'busbw GB/s':>10}  {'':4}  nodes"]
+    for run in runs:
+        busbw = "failed" if run["busbw_gbps"] is None else f"{run['busbw_gbps']:.2f}"
+        lines.append(f"{run['run']:>3}  {run['step']:<5} {busbw:>10}  {'SLOW' if run['slow'] else '':4}  "
+                     f"{','.join(run['nodes'])}")
+    lines.append(found.verdict)
+    return "\n".join(lines), {"runs": runs, "culprits": list(found.culprits), "verdict": found.verdict}

@@ -10,6 +10,10 @@ Each node gets `$DIR/nodes/<node>/` with:
   cuda_version   the CUDA version in nvidia-smi's banner
   bin/nvidia-smi the stand-in itself (sshd puts bin/ first on PATH)
   bin/dmesg      the stand-in kernel log, from dmesg.txt ("AGE_SECONDS<TAB>message" lines)
+  pci_devices/   bind-mounted over /sys/bus/pci/devices: an address -> device link per GPU
+                 and HCA, into .tree/ (root port / PCIe switch / device, with link and NUMA
+                 attributes); class/infiniband/<hca>/device links there too
+  nvlink_status.txt, nvlink_errors.txt  what the stand-in `nvidia-smi nvlink -s` / `-e` print
 
 The directories and proc_modules are rewritten in place, never replaced, because
 the node's namespace holds bind mounts on them: a test edits these files from
@@ -80,7 +84,11 @@ GPU_HEALTH = [
     ("temperature.gpu", "34"), ("clocks_event_reasons.active", "0x0000000000000001"),
     ("remapped_rows.correctable", "0"), ("remapped_rows.uncorrectable", "0"),
     ("remapped_rows.pending", "No"), ("remapped_rows.failure", "No"),
+    ("vbios_version", "96.00.89.00.01"), ("clocks.applications.graphics", "1980 MHz"),
+    ("clocks.applications.memory", "2619 MHz"), ("gpu_recovery_action", "None"),
 ]
+# Fields a driver before 535 does not know either (with throttle_names: not answered).
+NEWER_FIELDS = ("gpu_recovery_action",)
 PORT_COUNTERS = ("symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
                  "local_link_integrity_errors", "excessive_buffer_overrun_errors",
                  "port_rcv_remote_physical_errors", "port_xmit_discards", "port_xmit_data",
@@ -91,12 +99,16 @@ XID_13 = ("NVRM: Xid (PCI:0000:3a:00): 13, pid=48213, name=python, Graphics Exce
           "ESR 0x50df30=0x107000e 0x50df34=0x0 0x50df28=0x0 0x50df2c=0x0")
 
 
-def degraded(spec, gpu=None, counters=None, dmesg=(), throttle_names=False):
+def degraded(spec, gpu=None, counters=None, dmesg=(), throttle_names=False, hca_link=None,
+             nvlink_down=(), nvlink_errors=None):
     """`spec` with planted faults: {gpu index: {column: value}}, {hca index: {counter: value}},
-    kernel-log lines [(age in seconds, message)], and pre-535 clock-reason names."""
+    kernel-log lines [(age in seconds, message)], pre-535 clock-reason names, {hca index:
+    {sysfs link attribute: value}}, inactive NVLinks [(gpu, link)] and NVLink error
+    counters {(gpu, link): {"Replay": n, "Recovery": n, "CRC": n}}."""
     spec = dict(spec)
     spec.update(gpu_faults=gpu or {}, counters=counters or {}, dmesg=list(dmesg),
-                throttle_names=throttle_names)
+                throttle_names=throttle_names, hca_link=hca_link or {}, nvlink_down=list(nvlink_down),
+                nvlink_errors=nvlink_errors or {})
     return spec
 
 
@@ -129,7 +141,95 @@ SPECS = {
     # Last, so that the nodes above keep their GUIDs: a third Slurm node, where a
     # 2-node job goes when a restart leaves its culprit out.
     "n3": ib_node(2, 4),
+    # More hardware checks (after n3, so that every node above keeps its GUIDs).
+    "gpu-reboot": degraded(ib_node(4, 8), gpu={6: {"gpu_recovery_action": "Node Reboot"}}),
+    "nic-x8": degraded(ib_node(4, 8), hca_link={2: {"current_link_width": "8"}}),
+    "nic-gen4": degraded(ib_node(4, 8), hca_link={1: {"current_link_speed": "16.0 GT/s PCIe"}}),
+    "nvlink-down": degraded(ib_node(4, 8), nvlink_down=[(4, 7)]),
+    # mlx5_3 sits on a PCIe switch of its own and mlx5_4, which ib_hca does not list,
+    # shares the switch of GPUs 6 and 7.
+    "topo-far": dict(ib_node(5, 8), hca_switch=[0, 1, 2, 4, 3]),
 }
+
+
+# ---------------------------------------------------------------- PCI topology
+
+# An HGX-like board: PCIe switch k holds GPUs 2k and 2k+1 and HCA mlx5_k below root port
+# k; switches 0-1 hang off NUMA node 0, the others off node 1. A switch is (root bus, NUMA).
+SWITCHES = [(0x15, 0), (0x35, 0), (0x95, 1), (0xb5, 1), (0xd5, 1)]
+PCIE_GEN5_X16 = {"current_link_speed": "32.0 GT/s PCIe", "max_link_speed": "32.0 GT/s PCIe",
+                 "current_link_width": "16", "max_link_width": "16"}
+PCI_TREE = "/sys/bus/pci/devices/.tree"    # where the links point, inside the node's namespace
+
+
+def switch_path(switch, slot):
+    """[root port, switch upstream port, switch downstream port] above device `slot`."""
+    bus, _ = SWITCHES[switch]
+    return [f"0000:{bus:02x}:01.0", f"0000:{bus + 1:02x}:00.0", f"0000:{bus + 2:02x}:{slot:02x}.0"]
+
+
+def pci_devices(spec):
+    """[(address, bridges above it, NUMA node, link attributes)] of the node's GPUs and HCAs."""
+    devices = []
+    for i in range(spec["gpus"]):
+        switch = i // 2
+        devices.append((f"0000:{PCI_BUS_IDS[i].lower()}:00.0", switch_path(switch, i % 2), SWITCHES[switch][1],
+                        dict(PCIE_GEN5_X16)))
+    switches = spec.get("hca_switch") or list(range(len(spec["ports"])))
+    for j, switch in enumerate(switches):
+        link = dict(PCIE_GEN5_X16, **spec.get("hca_link", {}).get(j, {}))
+        devices.append((hca_address(spec, j), switch_path(switch, 8), SWITCHES[switch][1], link))
+    return devices
+
+
+def hca_address(spec, index):
+    """The PCI address of HCA mlx5_<index>: below its switch, bus root + 4."""
+    switches = spec.get("hca_switch") or list(range(len(spec["ports"])))
+    return f"0000:{SWITCHES[switches[index]][0] + 4:02x}:{index:02x}.0"
+
+
+def tree_path(bridges, address):
+    """ "pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:08.0/0000:19:03.0": a device below .tree/."""
+    return os.path.join(f"pci0000:{bridges[0][5:7]}", *bridges, address)
+
+
+def build_pci(pci_dir, spec):
+    """pci_devices/<address> links into pci_devices/.tree/pci0000:<bus>/<bridges>/<address>/."""
+    for address, bridges, numa, link in pci_devices(spec):
+        relative = tree_path(bridges, address)
+        for name, value in dict(link, numa_node=str(numa)).items():
+            write(os.path.join(pci_dir, ".tree", relative, name), value)
+        os.symlink(os.path.join(PCI_TREE, relative), os.path.join(pci_dir, address))
+
+
+# ---------------------------------------------------------------- NVLink
+
+NVLINKS = 18                     # per H100 SXM
+NVLINK_SPEED = "26.562 GB/s"     # what `nvidia-smi nvlink -s` prints per active NVLink4 link
+
+
+def nvlink_status(node, spec):
+    """`nvidia-smi nvlink -s` of the node's H100s (tab and space indent as the driver prints)."""
+    lines = []
+    for i in range(spec["gpus"]):
+        lines.append(f"GPU {i}: {H100[0]} (UUID: {gpu_uuid(node, i)})")
+        for link in range(NVLINKS):
+            state = "<inactive>" if (i, link) in spec.get("nvlink_down", []) else NVLINK_SPEED
+            lines.append(f"\t Link {link}: {state}")
+    return "\n".join(lines)
+
+
+def nvlink_errors(node, spec):
+    """`nvidia-smi nvlink -e`: Replay, Recovery and CRC errors per link."""
+    lines = []
+    planted = spec.get("nvlink_errors", {})
+    for i in range(spec["gpus"]):
+        lines.append(f"GPU {i}: {H100[0]} (UUID: {gpu_uuid(node, i)})")
+        for link in range(NVLINKS):
+            counts = planted.get((i, link), {})
+            for kind in ("Replay", "Recovery", "CRC"):
+                lines.append(f"\t Link {link}: {kind} Errors: {counts.get(kind, 0)}")
+    return "\n".join(lines)
 
 
 def write(path, text):
@@ -203,7 +303,15 @@ def build_infiniband(root, spec, node, node_index):
         write(os.path.join(hca, "hw_rev"), "0x0")
         write(os.path.join(hca, "node_type"), "1: CA")
         write(os.path.join(hca, "node_desc"), f"{node} mlx5_{hca_index}")
+        os.symlink(os.path.join(PCI_TREE, device_target(spec, hca_index)), os.path.join(hca, "device"))
         build_port(os.path.join(hca, "ports", "1"), spec, port, node_index, hca_index)
+
+
+def device_target(spec, hca_index):
+    """The path (below .tree) of an HCA's PCI function."""
+    address = hca_address(spec, hca_index)
+    bridges = next(b for a, b, _, _ in pci_devices(spec) if a == address)
+    return tree_path(bridges, address)
 
 
 def build_port(root, spec, port, node_index, hca_index):
@@ -289,13 +397,15 @@ def gpu_uuid(node, index):
 
 def gpus_csv(node, spec):
     """What `nvidia-smi --query-gpu=... --format=csv` prints for the node's GPUs."""
-    names = [name for name, _ in GPU_HEALTH]
+    columns = [(name, value) for name, value in GPU_HEALTH
+               if not (spec.get("throttle_names") and name in NEWER_FIELDS)]
+    names = [name for name, _ in columns]
     if spec.get("throttle_names"):
         names = [name.replace("clocks_event_reasons.", "clocks_throttle_reasons.") for name in names]
     rows = ["index, name, uuid, driver_version, memory.total [MiB], pci.bus_id, " + ", ".join(names)]
     for i in range(spec["gpus"]):
         faults = spec.get("gpu_faults", {}).get(i, {})
-        health = [faults.get(name, value) for name, value in GPU_HEALTH]
+        health = [faults.get(name, value) for name, value in columns]
         rows.append(f"{i}, {H100[0]}, {gpu_uuid(node, i)}, {DRIVER}, {H100[1]}, "
                     f"00000000:{PCI_BUS_IDS[i]}:00.0, " + ", ".join(health))
     return "\n".join(rows)
@@ -330,14 +440,19 @@ def build_node(base, node):
     node_dir = os.path.join(base, "nodes", node)
     class_dir = os.path.join(node_dir, "class")
     module_dir = os.path.join(node_dir, "module")
+    pci_dir = os.path.join(node_dir, "pci_devices")
     clear_dir(class_dir)
     clear_dir(module_dir)
+    clear_dir(pci_dir)
+    build_pci(pci_dir, spec)
     build_infiniband(os.path.join(class_dir, "infiniband"), spec, node, node_index)
     build_net(os.path.join(class_dir, "net"), spec, node_index)
     build_modules(module_dir, os.path.join(node_dir, "proc_modules"), spec)
     build_counters(os.path.join(class_dir, "infiniband"), spec)
     write(os.path.join(node_dir, "gpus.csv"), gpus_csv(node, spec))
     write(os.path.join(node_dir, "cuda_version"), CUDA)
+    write(os.path.join(node_dir, "nvlink_status.txt"), nvlink_status(node, spec))
+    write(os.path.join(node_dir, "nvlink_errors.txt"), nvlink_errors(node, spec))
     install_tools(node_dir, spec)
     return node_dir
 

@@ -6,7 +6,8 @@ Installed as `$DIR/nodes/<node>/bin/nvidia-smi`; it answers from `../gpus.csv`
 `../cuda_version`. Supported: `--query-gpu=FIELDS --format=csv[,noheader][,nounits]`
 (any subset and order of the CSV's fields, plus `count`),
 `--query-remapped-rows=FIELDS` (from the CSV's `remapped_rows.*` columns), `-i/--id`,
-`-L`, and the plain banner. The clock reasons answer under both names,
+`-L`, `nvlink -s` / `nvlink -e` (from `../nvlink_status.txt` / `../nvlink_errors.txt`;
+without them each GPU's header line alone, as for GPUs without NVLink), and the plain banner. The clock reasons answer under both names,
 `clocks_event_reasons.*` and `clocks_throttle_reasons.*`, unless the CSV names them
 `clocks_throttle_reasons.*`: then, like a driver before 535, only that name is valid.
 Without gpus.csv it fails like a node whose driver is not loaded.
@@ -26,7 +27,10 @@ THROTTLE = "clocks_throttle_reasons."
 # Valid nvidia-smi fields this stand-in has no data for: answered "[N/A]".
 KNOWN_FIELDS = {"serial", "compute_cap", "memory.used", "memory.free", "temperature.gpu",
                 "utilization.gpu", "utilization.memory", "power.draw", "pstate",
-                "persistence_mode", "vbios_version", "pci.device_id", "gpu_serial"}
+                "persistence_mode", "vbios_version", "pci.device_id", "gpu_serial",
+                "clocks.applications.graphics", "clocks.applications.memory"}
+NVLINK_FILES = {"-s": "nvlink_status.txt", "--status": "nvlink_status.txt",
+                "-e": "nvlink_errors.txt", "--errorcounters": "nvlink_errors.txt"}
 
 NO_DRIVER = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
              "driver. Make sure that the latest NVIDIA driver is installed and running.")
@@ -158,7 +162,26 @@ def banner(rows):
     sys.stdout.write("\n".join(lines) + "\n")
 
 
+def nvlink(options, rows):
+    """`nvidia-smi nvlink -s|-e`: the node's file, else the GPU headers alone."""
+    wanted = next((NVLINK_FILES[o] for o in options if o in NVLINK_FILES), None)
+    if wanted is None:
+        fail("Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.")
+    path = os.path.join(NODE_DIR, wanted)
+    if os.path.exists(path):
+        with open(path) as handle:
+            sys.stdout.write(handle.read())
+        return
+    for row in rows:
+        sys.stdout.write(f"GPU {row.get('index')}: {row.get('name')} (UUID: {row.get('uuid')})\n")
+
+
 def main(argv):
+    if argv[:1] == ["nvlink"]:
+        if not os.path.exists(CSV_PATH):
+            fail(NO_DRIVER, 9)
+        nvlink(argv[1:], load_gpus()[1])
+        return 0
     options = parse_args(argv)
     if not os.path.exists(CSV_PATH):
         fail(NO_DRIVER, 9)

@@ -105,8 +105,8 @@ def test_healthy_ib_node_passes_every_configured_check(
     assert failing(entry) == {}
     assert {c["id"] for c in entry["checks"]} == {
         "gpu.count", "gpu.model", "gpu.driver", "gpu.ecc", "gpu.pcie_link", "gpu.throttle", "gpu.xid",
-        "nccl.library", "rdma.hca_present", "rdma.port_state", "rdma.link_rate", "rdma.link_layer",
-        "rdma.port_errors", "rdma.peermem"}
+        "gpu.recovery_action", "gpu.nvlink", "nccl.library", "rdma.hca_present", "rdma.port_state", "rdma.link_rate",
+        "rdma.link_layer", "rdma.port_errors", "rdma.nic_pcie", "topo.gpu_nic", "rdma.peermem"}
 
 
 @pytest.mark.parametrize("node, check_id, words", [

@@ -1,10 +1,10 @@
 """Degraded-but-up hardware on the dev cluster: each planted fault fails exactly its check.
 
-The nodes gpu-ecc, gpu-x8, gpu-throttle, gpu-xid, ib-flap and gpu-powercap
+The nodes gpu-ecc, gpu-x8, gpu-throttle, gpu-xid, ib-flap, gpu-reboot, nic-x8, nic-gen4, nvlink-down, topo-far and gpu-powercap
 (scripts/devcluster/nodes.tsv) run a real sshd in their own namespace; their
 stand-in nvidia-smi answers the probe's real query fields from gpus.csv, their
-stand-in dmesg prints the planted Xid lines, and their HCA ports carry sysfs
-counter files. The CLI runs as a real process and reaches them over SSH.
+stand-in nvidia-smi also answers `nvlink -s` / `nvlink -e`, their stand-in dmesg prints the planted Xid lines, their HCA ports carry sysfs
+counter files, and their HCAs' PCI functions sysfs link attributes (scripts/devcluster/fakehw.py). The CLI runs as a real process and reaches them over SSH.
 """
 from __future__ import annotations
 
@@ -18,9 +18,12 @@ from jobcli import clusterkit, ssh_section, write_yaml
 pytestmark = pytest.mark.integration
 
 DEGRADED = {"gpu-ecc": "gpu.ecc", "gpu-x8": "gpu.pcie_link", "gpu-throttle": "gpu.throttle",
-            "gpu-xid": "gpu.xid", "ib-flap": "rdma.port_errors"}
+            "gpu-xid": "gpu.xid", "ib-flap": "rdma.port_errors", "gpu-reboot": "gpu.recovery_action",
+            "nic-x8": "rdma.nic_pcie", "nic-gen4": "rdma.nic_pcie", "nvlink-down": "gpu.nvlink"}
+WARNED = {"topo-far": "topo.gpu_nic"}
 HEALTHY = ["gpu-powercap"]
-HEALTH_IDS = {"gpu.ecc", "gpu.pcie_link", "gpu.throttle", "gpu.xid", "rdma.port_errors"}
+HEALTH_IDS = {"gpu.ecc", "gpu.pcie_link", "gpu.throttle", "gpu.xid", "rdma.port_errors", "gpu.recovery_action",
+              "rdma.nic_pcie", "gpu.nvlink", "topo.gpu_nic"}
 EXPECT = {"gpus_per_node": 8, "gpu_model": "H100", "min_driver": "535.104", "ib_rate_gbps": 400,
           "peermem": True}
 CLI_TIMEOUT = 120
@@ -33,7 +36,7 @@ def own_ssh_files(folder: Path, dev_cluster: Any) -> dict[str, str]:
     `up` from its own nodes.tsv; these files keep this module independent of that.
     """
     config, known = [], []
-    for node in [*DEGRADED, *HEALTHY]:
+    for node in [*DEGRADED, *WARNED, *HEALTHY]:
         address = dev_cluster.nodes[node]
         config.append(f"Host {node}\n    HostName {address}\n")
         key = (dev_cluster.state_dir / "ssh" / "hostkeys" / f"{node}.pub").read_text().split()[:2]
@@ -60,7 +63,7 @@ def run_json(dev_cluster: Any, path: Path, *args: str) -> tuple[dict[str, Any], 
 @pytest.fixture(scope="module")
 def report(dev_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], int]:
     path = profile(tmp_path_factory.mktemp("hw"), dev_cluster)
-    return run_json(dev_cluster, path, "preflight", "--nodes", ",".join([*DEGRADED, *HEALTHY]), "--json")
+    return run_json(dev_cluster, path, "preflight", "--nodes", ",".join([*DEGRADED, *WARNED, *HEALTHY]), "--json")
 
 
 def not_passing(entry: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -77,6 +80,18 @@ def test_each_degraded_node_fails_exactly_its_check(report: tuple[dict[str, Any]
     assert not_passing(entry)[check_id]["fix"]
 
 
+@pytest.mark.parametrize(("node", "check_id"), sorted(WARNED.items()))
+def test_each_misplaced_node_warns_exactly_its_check(report: tuple[dict[str, Any], int], node: str,
+                                                     check_id: str) -> None:
+    entry = {e["node"]: e for e in report[0]["nodes"]}[node]
+    assert entry["status"] == "warn"
+    assert list(not_passing(entry)) == [check_id]
+    assert not_passing(entry)[check_id]["message"] == (
+        "GPU 6 (00000000:BA:00.0): nearest HCA mlx5_4 (same PCIe switch) is not in network.ib_hca; "
+        "GPU 7 (00000000:DB:00.0): nearest HCA mlx5_4 (same PCIe switch) is not in network.ib_hca")
+    assert not_passing(entry)[check_id]["fix"].startswith("add mlx5_4 to network.ib_hca")
+
+
 def test_messages_name_the_gpu_or_port(report: tuple[dict[str, Any], int]) -> None:
     entries = {e["node"]: not_passing(e) for e in report[0]["nodes"]}
     assert "GPU 2 (00000000:3A:00.0): 2 uncorrected volatile ECC errors, row remap pending" in (
@@ -87,6 +102,10 @@ def test_messages_name_the_gpu_or_port(report: tuple[dict[str, Any], int]) -> No
     # The kernel log holds nothing from before boot: on a machine up for less than the
     # planted 10 minutes, the stand-in dmesg stamps the line at boot.
     assert f"Xid 79 on GPU 1 (00000000:2A:00.0) {planted_age(600)}" in entries["gpu-xid"]["gpu.xid"]["message"]
+    assert entries["gpu-reboot"]["gpu.recovery_action"]["message"] == "GPU 6 (00000000:BA:00.0) asks for: Node Reboot"
+    assert entries["nvlink-down"]["gpu.nvlink"]["message"] == "GPU 4 (00000000:9A:00.0): NVLink 7 inactive"
+    assert entries["nic-x8"]["rdma.nic_pcie"]["message"] == "mlx5_2 (0000:99:02.0): PCIe x8 of x16"
+    assert entries["nic-gen4"]["rdma.nic_pcie"]["message"] == "mlx5_1 (0000:39:01.0): PCIe 16 GT/s of 32 GT/s"
     assert "mlx5_1 port 1: symbol_error 4021 (> 100), link_error_recovery 112 (> 10), link_downed 37 (> 5)" == (
         entries["ib-flap"]["rdma.port_errors"]["message"])
 
@@ -103,7 +122,7 @@ def test_power_capped_node_with_pre_535_names_passes(report: tuple[dict[str, Any
     entry = {e["node"]: e for e in report[0]["nodes"]}["gpu-powercap"]
     assert entry["status"] == "pass", not_passing(entry)
     assert HEALTH_IDS <= {c["id"] for c in entry["checks"]}
-    assert report[0]["summary"] == {"pass": 1, "warn": 0, "fail": 5, "unreachable": 0}
+    assert report[0]["summary"] == {"pass": 1, "warn": len(WARNED), "fail": len(DEGRADED), "unreachable": 0}
     assert report[1] == 1
 
 
@@ -137,3 +156,17 @@ def test_audit_json_carries_the_new_facts_and_counter_growth(dev_cluster: Any, t
                             "--baseline", str(baseline))
     assert after["changes"] == [{"node": "ib-flap", "fact": "rdma.mlx5_1.1.counters.link_downed",
                                  "before": "37", "after": "41", "growth": 4}]
+
+
+def test_audit_drift_shows_the_gpu_nic_map_and_inactive_nvlinks(dev_cluster: Any, tmp_path: Path) -> None:
+    path = profile(tmp_path, dev_cluster)
+    data, _ = run_json(dev_cluster, path, "audit", "--nodes", "gpu-x8,gpu-powercap,nvlink-down,topo-far",
+                       "--format", "json")
+    facts = data["facts"]
+    assert facts["gpu-x8"]["gpu.6.nic"] == "mlx5_3 (same PCIe switch)"
+    assert facts["gpu-x8"]["gpu.6.vbios_version"] == "96.00.89.00.01"
+    assert facts["gpu-x8"]["gpu.6.clocks_applications_graphics"] == "1980 MHz"
+    assert facts["gpu-x8"]["rdma.mlx5_2.pci.current_link_width"] == "16"
+    drift = {d["fact"]: d for d in data["drift"]}
+    assert drift["gpu.6.nic"]["outliers"] == {"topo-far": "mlx5_4 (same PCIe switch)"}
+    assert drift["gpu.4.nvlinks_active"]["outliers"] == {"nvlink-down": "17/18"}

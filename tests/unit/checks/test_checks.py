@@ -83,7 +83,8 @@ def test_only_configured_checks_run() -> None:
     assert evaluate(load("ib-portdown"), {"name": "empty"}) == []
     bare = {"network": {"fabric": "infiniband"}}
     assert [f.id for f in evaluate(load("ib-ok"), bare)] == ["rdma.hca_present", "rdma.port_state",
-                                                            "rdma.link_layer", "rdma.port_errors"]
+                                                            "rdma.link_layer", "rdma.port_errors",
+                                                            "rdma.nic_pcie", "topo.gpu_nic"]
 
 
 def test_fabric_ethernet_skips_every_rdma_check() -> None:

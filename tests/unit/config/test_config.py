@@ -281,7 +281,7 @@ def test_effective_settings(search: SearchPath) -> None:
         "expect": {"gpus_per_node": 8, "gpu_model": None, "min_driver": None, "nccl": ">=2.18",
                    "ib_rate_gbps": None, "peermem": None, "memlock": None,
                    "allreduce_busbw_gbps": None, "xid_window": None, "torch_cuda": None,
-                   "ib_error_thresholds": {}},
+                   "ib_error_thresholds": {}, "nvlink_error_thresholds": {}},
         "container": None,
         "resilience": None,
     }

@@ -1,6 +1,7 @@
 """`init --from-node`'s derivation on recorded probe facts: values, comments, votes, YAML."""
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -76,7 +77,8 @@ def test_every_value_sits_under_its_comment() -> None:
     for index, line in enumerate(lines):
         if line.strip() and not line.strip().startswith("#") and not line.endswith(":"):
             assert lines[index - 1].strip().startswith("# "), line
-    assert "  # the 8 ACTIVE InfiniBand 400 Gb/s ports (/sys/class/infiniband/*/ports/*/state, phys_state)" in lines
+    assert ("  # the 8 ACTIVE InfiniBand 400 Gb/s ports (/sys/class/infiniband/*/ports/*/state, phys_state), "
+            "in GPU order (each GPU's nearest HCA: same PCIe switch, else NUMA node)") in lines
     assert "  ib_hca: [\"mlx5_0:1\", \"mlx5_1:1\", \"mlx5_2:1\", \"mlx5_3:1\", \"mlx5_4:1\", \"mlx5_5:1\", " \
         "\"mlx5_6:1\", \"mlx5_7:1\"]" in lines
 
@@ -229,3 +231,16 @@ def test_an_unreadable_memlock_is_left_out_with_the_reason() -> None:
     out = derive({"gpu1": node}, {}, "p")
     assert "memlock" not in out.data()["expect"]
     assert "memlock left out: ValueError: no such limit" in out.notes["expect"]
+
+
+def test_ib_hca_follows_gpu_affinity_of_the_reference_node() -> None:
+    """GPU i sits on mlx5_i's PCIe switch (tests/unit/node/test_probe.py's board): with the
+    HCAs enumerated out of order, ib_hca still lists GPU 0's nearest first."""
+    data = copy.deepcopy(facts("ib-ok"))
+    hcas = data["rdma"]["hcas"]
+    data["rdma"]["hcas"] = {name: hcas[name] for name in reversed(list(hcas))}
+    out = derive({"gpu001": data}, {}, "prod")
+    assert out.data()["network"]["ib_hca"] == [f"mlx5_{n}:1" for n in range(8)]
+    del data["topo"]
+    out = derive({"gpu001": data}, {}, "prod")
+    assert out.data()["network"]["ib_hca"] == [f"mlx5_{n}:1" for n in reversed(range(8))]

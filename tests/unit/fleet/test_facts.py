@@ -102,3 +102,33 @@ def test_two_healthy_nodes_differ_only_in_per_node_facts() -> None:
     b["net"]["interfaces"]["eth0"]["address"] = "3c:ec:ef:10:20:99"
     assert flatten(a) != flatten(b)
     assert comparable(flatten(a)) == comparable(flatten(b))
+
+
+def test_vbios_persistence_application_clocks_and_the_gpu_nic_map_drift() -> None:
+    """The facts of "More hardware checks" that must be the same on every node of a fleet."""
+    from cluster_kit.fleet.audit import compute_drift
+
+    nodes = {f"gpu{i:03d}": load("ib-ok") for i in range(1, 4)}
+    odd = nodes["gpu003"]
+    odd["gpu"]["gpus"][2].update(vbios_version="96.00.5E.00.01", persistence_mode="Disabled",
+                                  clocks_applications_graphics="1755 MHz")
+    odd["rdma"]["hcas"]["mlx5_2"]["pci"]["path"] = ["0000:f4:01.0", "0000:2c:00.0"]
+    odd["rdma"]["hcas"]["mlx5_2"]["pci"]["current_link_width"] = "8"
+    flat = {node: flatten(facts) for node, facts in nodes.items()}
+    assert flat["gpu001"]["gpu.2.vbios_version"] == "96.00.89.00.01"
+    assert flat["gpu001"]["gpu.2.nic"] == "mlx5_2 (same PCIe switch)"
+    assert flat["gpu003"]["gpu.2.nic"] == "mlx5_0,mlx5_1,mlx5_2,mlx5_3 (same NUMA node)"
+    drift = {entry["fact"]: entry["outliers"] for entry in compute_drift(flat)}
+    assert drift == {
+        "gpu.2.vbios_version": {"gpu003": "96.00.5E.00.01"},
+        "gpu.2.persistence_mode": {"gpu003": "Disabled"},
+        "gpu.2.clocks_applications_graphics": {"gpu003": "1755 MHz"},
+        "gpu.2.nic": {"gpu003": "mlx5_0,mlx5_1,mlx5_2,mlx5_3 (same NUMA node)"},
+        "rdma.mlx5_2.pci.current_link_width": {"gpu003": "8"},
+    }
+
+
+def test_nvlinks_active_only_for_gpus_with_nvlinks() -> None:
+    assert flatten(load("nvlink-down"))["gpu.4.nvlinks_active"] == "17/18"
+    assert flatten(load("nvlink-down"))["gpu.0.nvlinks_active"] == "18/18"
+    assert not any(key.endswith("nvlinks_active") for key in flatten(load("ib-ok")))

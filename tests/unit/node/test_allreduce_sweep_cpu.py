@@ -23,7 +23,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_ranks(world: int, *args: str) -> list[subprocess.CompletedProcess[str]]:
+def run_ranks(world: int, *args: str, env_extra: dict[str, str] | None = None) -> list[subprocess.CompletedProcess[str]]:
     """Start ``world`` ranks by hand, as srun would, and wait for all of them."""
     port = str(free_port())
     procs = []
@@ -37,6 +37,7 @@ def run_ranks(world: int, *args: str) -> list[subprocess.CompletedProcess[str]]:
             MASTER_PORT=port,
             OMP_NUM_THREADS="1",
             CUDA_VISIBLE_DEVICES="",
+            **(env_extra or {}),
         )
         procs.append(
             subprocess.Popen(
@@ -82,3 +83,12 @@ def test_a_wrong_sum_on_one_rank_stops_every_rank() -> None:
     rows = parse_sweep_log(results[0].stdout)
     assert len(rows) == 1 and rows[0]["check"] == "mismatch"
     assert "CLUSTERKIT_ALLREDUCE_ERROR" in results[1].stderr
+
+
+def test_the_slow_host_hook_holds_up_every_rank() -> None:
+    """--find-slow's dev-cluster test slows one node this way: every rank's time grows."""
+    args = ("--min-bytes", "1024", "--max-bytes", "1024", "--iters", "5", "--warmup", "1")
+    fast = parse_sweep_log(run_ranks(2, *args)[0].stdout)
+    slow_env = {"CLUSTERKIT_SWEEP_SLOW_HOST": socket.gethostname(), "CLUSTERKIT_SWEEP_SLOW_S": "0.05"}
+    slow = parse_sweep_log(run_ranks(2, *args, env_extra=slow_env)[0].stdout)
+    assert slow[0]["time_us"] >= 50_000 > fast[0]["time_us"]

@@ -49,6 +49,9 @@ SMI_BANNER = """Tue Mar 12 10:14:03 2024
 H100_BUS_IDS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
 ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 IB_NDR = "400 Gb/sec (4X NDR)"
+# sysfs link attributes of a PCI function (drivers/pci/pci-sysfs.c prints "%s PCIe" for speeds).
+PCIE_GEN5_X16 = {"current_link_speed": "32.0 GT/s PCIe", "max_link_speed": "32.0 GT/s PCIe",
+                 "current_link_width": "16", "max_link_width": "16"}
 
 
 # A healthy GPU's health fields, in the probe's query order, with the values and
@@ -61,6 +64,9 @@ HEALTHY = {
     "pcie.link.width.max": "16", "temperature.gpu": "31", "clocks_event_reasons.active": "0x0000000000000001",
     "remapped_rows.correctable": "0", "remapped_rows.uncorrectable": "0", "remapped_rows.pending": "No",
     "remapped_rows.failure": "No",
+    # GPU_MORE_FIELDS: a DGX H100's VBIOS and default application clocks; no recovery pending.
+    "vbios_version": "96.00.89.00.01", "clocks.applications.graphics": "1980 MHz",
+    "clocks.applications.memory": "2619 MHz", "gpu_recovery_action": "None",
 }
 # The start of a real ring buffer (tests/data/nvidia_smi/kernel.txt): no Xid.
 DMESG_OK = """[    0.449435] nvidia: loading out-of-tree module taints kernel.
@@ -128,6 +134,11 @@ class Hca:
     fw_ver: str = "28.39.1002"
     board_id: str = "MT_0000000838"
     hca_type: str = "MT4129"
+    # The PCI function's link as a ConnectX-7 (PCIe Gen5 x16) shows it in sysfs, its NUMA
+    # node, and the bridges above it (root port first).
+    link: dict[str, str] = field(default_factory=lambda: dict(PCIE_GEN5_X16))
+    numa_node: str = "0"
+    upstream: tuple[str, ...] = ("0000:00:01.0",)
 
 
 @dataclass
@@ -161,7 +172,7 @@ class Node:
     gpus: int = 8
     driver: str = "550.54.15"
     gpu_health: dict[int, dict[str, str]] = field(default_factory=dict)   # GPU index -> field -> value
-    smi_knows: str = "event"            # event | throttle (before 535) | none: health fields it answers
+    smi_knows: str = "event"            # event | norecovery | throttle (before 535) | none: fields it answers
     remapped_rows: bool = True          # whether --query-remapped-rows answers
     dmesg: str | None = DMESG_OK        # None: dmesg is denied (kernel.dmesg_restrict)
     journal: str | None = None          # `journalctl -k -o short-unix` output; None: no journalctl
@@ -171,6 +182,9 @@ class Node:
     iommu_groups: int = 12
     os_release: str = 'PRETTY_NAME="Ubuntu 22.04.4 LTS"\nNAME="Ubuntu"\nVERSION_ID="22.04"\nID=ubuntu\n'
     route: str | None = DEFAULT_ROUTE     # /proc/net/route; None: the file is missing
+    nvlinks: int = 0                      # NVLinks per GPU (0: PCIe GPUs, nvlink -s lists none)
+    nvlink_down: tuple[tuple[int, int], ...] = ()           # (gpu, link) pairs shown <inactive>
+    nvlink_errors: dict[tuple[int, int], dict[str, int]] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- scenarios
@@ -180,15 +194,23 @@ def ib_guid(n: int) -> str:
     return f"b859:9f03:00d4:{0x8a00 + n:04x}"
 
 
+def dgx_bridges(switch: int) -> tuple[str, ...]:
+    """Root port, switch upstream port, switch downstream port of slot `switch` on a DGX H100-like
+    board: PCIe switch k holds GPU k and mlx5_k (downstream ports .0 and .1 of the same bus)."""
+    base = 0x04 + 0x10 * switch
+    return (f"0000:{base:02x}:01.0", f"0000:{base + 1:02x}:00.0")
+
+
 def hca_pci(n: int) -> str:
     """PCI address of the n-th ConnectX-7, one per PCIe switch as on a DGX H100."""
     return f"0000:{0x0c + 0x10 * n:02x}:00.0"
 
 
 def ib_hca(n: int, **port: Any) -> Hca:
-    """mlx5_<n>: one InfiniBand port, GID 0 is the port's link-local GID."""
+    """mlx5_<n>: one InfiniBand port, GID 0 is the port's link-local GID; on GPU n's PCIe switch."""
     gid = Gid(f"fe80:0000:0000:0000:{ib_guid(n)}", "IB/RoCE v1")
-    return Hca(f"mlx5_{n}", hca_pci(n), {"1": Port(gids=[gid], **port)})
+    return Hca(f"mlx5_{n}", hca_pci(n), {"1": Port(gids=[gid], **port)}, numa_node=str(n // 4),
+               upstream=(*dgx_bridges(n), f"0000:{0x06 + 0x10 * n:02x}:01.0"))
 
 
 def roce_hca(n: int, ipv4_hex: str, v2_at: tuple[int, int] = (1, 3)) -> Hca:
@@ -250,6 +272,14 @@ def ib_with(n: int, **port: Any) -> Node:
     return node
 
 
+def ib_link(n: int, **link: str) -> Node:
+    """ib_ok with the PCIe link of mlx5_<n>'s function changed (sysfs attributes)."""
+    node = ib_ok()
+    assert node.hcas is not None
+    node.hcas[n].link.update(link)
+    return node
+
+
 def ib_nohca() -> Node:
     """As ib_ok, but mlx5_3 is gone (dead card or driver did not bind)."""
     node = ib_ok()
@@ -295,6 +325,11 @@ SCENARIOS = {
     "gpu-xid": lambda: replace(ib_ok(), dmesg=DMESG_OK + f"\n[28027.270000] {XID_79}\n[28327.270000] {XID_13}"),
     "ib-flap": lambda: ib_with(1, counters=dict(ZERO_COUNTERS, link_downed="37", link_error_recovery="112",
                                                  symbol_error="4021")),
+    "ib-x8": lambda: ib_link(2, current_link_width="8"),
+    "ib-gen4": lambda: ib_link(6, current_link_speed="16.0 GT/s PCIe"),
+    "nvlink-down": lambda: replace(ib_ok(), nvlinks=18, nvlink_down=((4, 7),),
+                                   nvlink_errors={(2, 11): {"Replay": 3, "CRC": 12}}),
+    "gpu-reboot": lambda: replace(ib_ok(), gpu_health={6: {"gpu_recovery_action": "Node Reboot"}}),
     "gpu-powercap": lambda: replace(ib_ok(), smi_knows="throttle", gpu_health={
         i: {"clocks_event_reasons.active": "0x0000000000000004"} for i in range(8)}),
 }
@@ -314,11 +349,11 @@ def link(path: Path, target: Path) -> None:
     path.symlink_to(os.path.relpath(target, path.parent))
 
 
-def device_dir(root: Path, pci: str | None) -> Path:
-    """/sys/devices/... of a PCI function, or the virtual device tree."""
+def device_dir(root: Path, pci: str | None, upstream: tuple[str, ...] = ("0000:00:01.0",)) -> Path:
+    """/sys/devices/... of a PCI function below its bridges, or the virtual device tree."""
     if pci is None:
         return root / "sys/devices/virtual"
-    return root / "sys/devices/pci0000:00/0000:00:01.0" / pci
+    return root.joinpath("sys/devices", f"pci{upstream[0][:7]}", *upstream, pci)
 
 
 def build_port(port_dir: Path, port: Port) -> None:
@@ -345,7 +380,9 @@ def build_port(port_dir: Path, port: Port) -> None:
 
 def build_hca(root: Path, hca: Hca) -> None:
     """/sys/devices/.../infiniband/<hca> and its /sys/class/infiniband link."""
-    pci_dir = device_dir(root, hca.pci)
+    pci_dir = device_dir(root, hca.pci, hca.upstream)
+    for name, value in dict(hca.link, numa_node=hca.numa_node).items():
+        write(pci_dir / name, value)
     hca_dir = pci_dir / "infiniband" / hca.name
     for name in ("fw_ver", "board_id", "hca_type"):
         write(hca_dir / name, getattr(hca, name))
@@ -355,6 +392,19 @@ def build_hca(root: Path, hca: Hca) -> None:
     for number, port in hca.ports.items():
         build_port(hca_dir / "ports" / number, port)
     link(root / "sys/class/infiniband" / hca.name, hca_dir)
+
+
+def build_gpu_functions(root: Path, node: Node) -> None:
+    """/sys/devices/... of each GPU's PCI function (GPU i on switch i, NUMA node i // 4) and
+    its /sys/bus/pci/devices link, as nvidia-smi's pci.bus_id names it."""
+    if node.smi != "ok":
+        return
+    for i in range(node.gpus):
+        address = f"0000:{H100_BUS_IDS[i].lower()}:00.0"
+        pci_dir = device_dir(root, address, (*dgx_bridges(i), f"0000:{0x06 + 0x10 * i:02x}:00.0"))
+        for name, value in dict(PCIE_GEN5_X16, numa_node=str(i // 4)).items():
+            write(pci_dir / name, value)
+        link(root / "sys/bus/pci/devices" / address, pci_dir)
 
 
 def build_iface(root: Path, name: str, iface: Iface) -> None:
@@ -386,12 +436,13 @@ def answer(option: str, fields: tuple[str, ...], rows: list[dict[str, str]], ref
 
 
 def refused_field(fields: tuple[str, ...], knows: str) -> str | None:
-    """The first health field a driver that knows `knows` rejects."""
+    """The first health field a driver that knows `knows` rejects, in the query's order."""
     extra = [f for f in fields if f not in probe.GPU_QUERY_FIELDS]
     if knows == "none":
         return extra[0] if extra else None
-    bad = probe.EVENT_PREFIX if knows == "throttle" else "no such prefix"
-    return next((f for f in extra if f.startswith(bad)), None)
+    unknown = {"event": (), "norecovery": ("gpu_recovery_action",),
+               "throttle": ("gpu_recovery_action", probe.EVENT_PREFIX)}[knows]
+    return next((f for f in extra if f.startswith(unknown)), None) if unknown else None
 
 
 def build_smi(bindir: Path, node: Node) -> None:
@@ -407,10 +458,26 @@ def build_smi(bindir: Path, node: Node) -> None:
                        for fields in probe.health_queries())
         if node.remapped_rows:
             arms += answer("--query-remapped-rows", probe.REMAPPED_ROWS_FIELDS, rows, None)
+        arms += f"  'nvlink -s') {printf_lines(nvlink_text(node, False))} ;;\n"
+        arms += f"  'nvlink -e') {printf_lines(nvlink_text(node, True))} ;;\n"
         body = (f'[ $# -eq 0 ] && {{ {printf_lines(SMI_BANNER)}; exit 0; }}\n'
                 f'case "$1 $2" in\n{arms}'
                 "  *) printf '%s\\n' \"Invalid combination of input arguments.\"; exit 2 ;;\nesac\n")
     executable(bindir / "nvidia-smi", body)
+
+
+def nvlink_text(node: Node, errors: bool) -> str:
+    """`nvidia-smi nvlink -s` (or `-e`) as a driver prints it (tests/data/nvlink has real ones)."""
+    lines = []
+    for i, row in enumerate(gpu_rows(node.gpus, node.driver, {})):
+        lines.append(f"GPU {i}: {row['name']} (UUID: {row['uuid']})")
+        for link in range(node.nvlinks):
+            if errors:
+                counts = node.nvlink_errors.get((i, link), {})
+                lines += [f"\t Link {link}: {kind} Errors: {counts.get(kind, 0)}" for kind in ("Replay", "Recovery", "CRC")]
+            else:
+                lines.append(f"\t Link {link}: {'<inactive>' if (i, link) in node.nvlink_down else '26.562 GB/s'}")
+    return "\n".join(lines)
 
 
 def executable(path: Path, body: str) -> None:
@@ -448,6 +515,7 @@ def build_node(root: Path, node: Node) -> None:
             build_hca(root, hca)
     for name, iface in node.interfaces.items():
         build_iface(root, name, iface)
+    build_gpu_functions(root, node)
     build_smi(root / "bin", node)
     build_kernel_log(root, node)
 
@@ -555,6 +623,19 @@ def test_port_down_polling_is_reported_as_the_kernel_shows_it(tmp_path: Path) ->
     assert (port["state"], port["phys_state"]) == ("1: DOWN", "2: Polling")
 
 
+def test_an_hcas_pci_function_link_numa_node_and_bridges_are_reported(tmp_path: Path) -> None:
+    hca = probe_scenario(tmp_path, "ib-x8")["rdma"]["hcas"]["mlx5_2"]
+    assert hca["pci"] == {"current_link_speed": "32.0 GT/s PCIe", "max_link_speed": "32.0 GT/s PCIe",
+                          "current_link_width": "8", "max_link_width": "16", "numa_node": "0",
+                          "path": ["0000:24:01.0", "0000:25:00.0", "0000:26:01.0", "0000:2c:00.0"]}
+
+
+def test_pci_path_is_empty_when_the_device_link_resolves_nowhere(tmp_path: Path) -> None:
+    (tmp_path / "device").symlink_to("../../devices/pci0000:00/0000:00:01.0/0000:17:00.0")
+    assert probe.pci_path(str(tmp_path / "device")) == []
+    assert probe.read_pci_device(str(tmp_path / "device"))["current_link_width"] is None
+
+
 def test_missing_hca_is_simply_absent_from_the_list(tmp_path: Path) -> None:
     hcas = probe_scenario(tmp_path, "ib-nohca")["rdma"]["hcas"]
     assert "mlx5_3" not in hcas and len(hcas) == 7
@@ -594,7 +675,9 @@ def test_gpus_are_parsed_from_real_nvidia_smi_csv(tmp_path: Path) -> None:
                               "pcie_link_width_max": "16", "temperature_gpu": "31",
                               "clocks_event_reasons_active": "0x0000000000000001",
                               "remapped_rows_correctable": "0", "remapped_rows_uncorrectable": "0",
-                              "remapped_rows_pending": "No", "remapped_rows_failure": "No"}
+                              "remapped_rows_pending": "No", "remapped_rows_failure": "No",
+                              "vbios_version": "96.00.89.00.01", "clocks_applications_graphics": "1980 MHz",
+                              "clocks_applications_memory": "2619 MHz", "gpu_recovery_action": "None"}
     assert gpu["clock_reasons_field"] == "clocks_event_reasons.active" and "health_error" not in gpu
 
 
@@ -752,9 +835,18 @@ def test_health_fields_come_from_the_one_widened_query(tmp_path: Path) -> None:
 
 def test_a_driver_before_535_is_asked_again_with_the_throttle_names(tmp_path: Path) -> None:
     gpu = probe_scenario(tmp_path, "gpu-powercap")["gpu"]
-    assert gpu["refused_fields"] == ["clocks_event_reasons.active"]
+    assert gpu["refused_fields"] == ["gpu_recovery_action", "clocks_event_reasons.active"]
     assert gpu["clock_reasons_field"] == "clocks_throttle_reasons.active"
+    assert "gpu_recovery_action" not in gpu["gpus"][0]
     assert {g["clocks_event_reasons_active"] for g in gpu["gpus"]} == {"0x0000000000000004"}
+
+
+def test_a_driver_without_recovery_actions_keeps_every_other_health_field(tmp_path: Path) -> None:
+    build_node(tmp_path, replace(ib_ok(), smi_knows="norecovery"))
+    gpu = run_probe(tmp_path, memlock_kib=64)["gpu"]
+    assert gpu["refused_fields"] == ["gpu_recovery_action"]
+    assert gpu["clock_reasons_field"] == "clocks_event_reasons.active" and "health_error" not in gpu
+    assert gpu["gpus"][0]["pcie_link_width_max"] == "16" and "gpu_recovery_action" not in gpu["gpus"][0]
 
 
 def test_a_driver_refusing_every_health_field_still_lists_its_gpus(tmp_path: Path) -> None:
