@@ -11,12 +11,34 @@ import dataclasses
 import posixpath
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cluster_kit.config.overrides import Override
 from cluster_kit.errors import CheckFailed, ClusterRefused, InputError
 
+if TYPE_CHECKING:
+    from cluster_kit.config.documents import Job
+    from cluster_kit.config.search import SearchPath
+    from cluster_kit.fleet.preflight import FanOut
+    from cluster_kit.fleet.routing import Candidates, Route
+    from cluster_kit.hostlist import NodeSet
+    from cluster_kit.slurm.runner import Runner
+
 Notify = Callable[[str], None]
+
+
+class Context(Protocol):
+    """What submit needs of the command context (app.App gives it; so does the API)."""
+
+    search: SearchPath
+    verbose: bool
+
+    def checked_job(self, path: str, offline: bool = False, overrides: Sequence[Override] = ()) -> Job: ...
+    def runner(self, profile_data: dict[str, Any]) -> Runner: ...
+    def fan_out(self, profile_data: dict[str, Any], deep: bool = False) -> FanOut: ...
+    def log(self, line: str) -> None: ...
+
+
 Progress = Callable[[int], Any]  # total nodes -> a per-node callback (or None)
 
 DEPENDENCY_KINDS = {"ok": "afterok", "any": "afterany", "notok": "afternotok"}
@@ -45,10 +67,10 @@ class Submitted:
     effective settings and script, the preflight report and route, the array's tasks."""
 
     job_id: str | None
-    job: Any
+    job: Job
     settings: dict[str, Any]
     script: str
-    route: Any = None
+    route: Route | None = None
     report: dict[str, Any] | None = None
     test_only: str | None = None
     array: str | None = None
@@ -77,7 +99,7 @@ def build_dependency(after: Sequence[str]) -> str | None:
     return ",".join(parts) or None
 
 
-def submit_job(app: Any, request: SubmitRequest, notify: Notify | None = None,
+def submit_job(app: Context, request: SubmitRequest, notify: Notify | None = None,
                progress: Progress | None = None) -> Submitted:
     """Load, render, preflight and route, sbatch: what was submitted. `app` is the
     command context (search path, runners, SSH fan-out); `notify` gets the lines
@@ -115,8 +137,8 @@ def submit_job(app: Any, request: SubmitRequest, notify: Notify | None = None,
              "overrides": {item.key: item.value for item in request.overrides},
              **({} if request.test_only else script_provenance(runner, settings_list[0]))}
     result = submit(runner, job, done.settings, script, preflight=report,
-                              excluded=dict(route.excluded) if route else None, test_only=request.test_only,
-                              record_extra=extra)
+                    excluded=dict(route.excluded) if route else None, test_only=request.test_only,
+                    record_extra=extra)
     if request.test_only:
         done.test_only = result
     else:
@@ -124,7 +146,7 @@ def submit_job(app: Any, request: SubmitRequest, notify: Notify | None = None,
     return done
 
 
-def load_tasks(app: Any, request: SubmitRequest) -> list[tuple[Any, dict[str, Any]]]:
+def load_tasks(app: Context, request: SubmitRequest) -> list[tuple[Job, dict[str, Any]]]:
     """The job with its overrides; for a sweep, one job per task with its values set
     after the overrides, each validated (a bad value is reported at `--sweep KEY`)."""
     points = list(request.sweep) or [{}]
@@ -137,7 +159,7 @@ def load_tasks(app: Any, request: SubmitRequest) -> list[tuple[Any, dict[str, An
     return tasks
 
 
-def task_settings(job: Any, dependency: str | None, array: bool) -> dict[str, Any]:
+def task_settings(job: Job, dependency: str | None, array: bool) -> dict[str, Any]:
     """The effective settings of one job (one array task): a dependency in its sbatch
     options, an output file per task for an array."""
     from cluster_kit.config.effective import effective
@@ -152,7 +174,7 @@ def task_settings(job: Any, dependency: str | None, array: bool) -> dict[str, An
     return settings
 
 
-def render_tasks(app: Any, settings_list: Sequence[dict[str, Any]], sweep: Sequence[Mapping[str, Any]],
+def render_tasks(app: Context, settings_list: Sequence[dict[str, Any]], sweep: Sequence[Mapping[str, Any]],
                  array: str | None) -> str:
     """The job's script, or the array script of a sweep's tasks."""
     from cluster_kit.render.array import build_array_script
@@ -183,14 +205,14 @@ def script_provenance(runner: Any, settings: Mapping[str, Any]) -> dict[str, Any
     return {"git_commit": head.stdout.strip() or None, "git_dirty": bool(status.stdout.strip()) if status.ok else None}
 
 
-def expand_setting(value: str | None) -> list[str]:
-    """A validated hostlist setting (slurm.nodelist/exclude) as node names."""
-    from cluster_kit import hostlist
+def expand_setting(value: str | None) -> NodeSet:
+    """A validated hostlist setting (slurm.nodelist/exclude) as a node set."""
+    from cluster_kit.hostlist import NodeSet
 
-    return hostlist.expand(value) if value else []
+    return NodeSet(value or "")
 
 
-def job_candidates(app: Any, job: Any, settings: dict[str, Any]) -> Any:
+def job_candidates(app: Context, job: Job, settings: dict[str, Any]) -> Candidates:
     """The nodes Slurm could give the job (routing.candidate_nodes on sinfo's view)."""
     from cluster_kit.fleet import routing
     from cluster_kit.slurm import jobs
@@ -216,8 +238,8 @@ def job_candidates(app: Any, job: Any, settings: dict[str, Any]) -> Any:
     return candidates
 
 
-def preflight_and_route(app: Any, job: Any, settings: dict[str, Any], strict: bool,
-                        progress: Progress | None = None) -> tuple[Any, dict[str, Any]]:
+def preflight_and_route(app: Context, job: Job, settings: dict[str, Any], strict: bool,
+                        progress: Progress | None = None) -> tuple[Route, dict[str, Any]]:
     """Preflight the job's candidates; the route around failing ones and the report.
 
     Raises CheckFailed (exit 1, nothing submitted) when the route is refused.
@@ -239,7 +261,7 @@ def preflight_and_route(app: Any, job: Any, settings: dict[str, Any], strict: bo
     return route, report
 
 
-def excluded_lines(route: Any, report: dict[str, Any]) -> list[str]:
+def excluded_lines(route: Route, report: dict[str, Any]) -> list[str]:
     """One line per node routed around, with its failing checks, and one per reason
     for the nodes excluded because submit did not check them."""
     from cluster_kit.hostlist import fold
