@@ -18,9 +18,12 @@ import posixpath
 import secrets
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cluster_kit.errors import CheckFailed, InputError
+
+if TYPE_CHECKING:
+    from cluster_kit.config.effective import Effective
 
 DEFAULT_STEPS = 20
 BUCKET_SIZES_MB = (1, 5, 25, 100)
@@ -71,14 +74,16 @@ def read_launches(runner: Any, path: str) -> dict[str, int]:
     return parse_launches(done.stdout) if done.returncode == 0 else {}
 
 
-def profiled_settings(settings: dict[str, Any], steps: int, trace_dir: str) -> dict[str, Any]:
+def profiled_settings(settings: Effective, steps: int, trace_dir: str) -> Effective:
     """The job's settings with step profiling exported to every rank."""
     if steps < 1:
         raise InputError(f"--steps {steps}: profile at least 1 step", fix="use e.g. --steps 20")
     environment = dict(settings["environment"])
     environment["env"] = {**environment["env"], "CLUSTERKIT_PROFILE_STEPS": str(steps),
                           "CLUSTERKIT_PROFILE_DIR": trace_dir}
-    return {**settings, "environment": environment}
+    out = settings.copy()
+    out["environment"] = environment
+    return out
 
 
 def read_allreduce_json(path: str) -> list[dict[str, Any]]:

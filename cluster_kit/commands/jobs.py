@@ -5,7 +5,7 @@ import json
 import shlex
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,6 +17,10 @@ from cluster_kit.commands.options import (
     set_option,
 )
 from cluster_kit.errors import ClusterRefused, exit_with
+
+if TYPE_CHECKING:
+    from cluster_kit.config.documents import Job
+    from cluster_kit.config.effective import Effective
 
 # Directories and unreadable files pass click, so that the loader names them with the fix.
 JOB_FILE = click.Path(exists=True, readable=False)
@@ -60,7 +64,7 @@ def job_output_dir(job: Any) -> str | None:
     return output_dir(job.data)
 
 
-def sbatch_job(app: App, job: Any, script: str, settings: dict[str, Any] | None = None) -> str:
+def sbatch_job(app: App, job: Job, script: str, settings: Effective | None = None) -> str:
     """Submit a script rendered from the job (a benchmark's, never supervised): its job id, with a record."""
     from cluster_kit import lifecycle
     from cluster_kit.config.effective import effective

@@ -5,7 +5,7 @@ import os
 import posixpath
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from cluster_kit.config import jobscript, spec, specs, vocab
 from cluster_kit.config.launch import default_tasks_per_node
@@ -19,7 +19,34 @@ if TYPE_CHECKING:
 _SLURM_KEYS = (*vocab.SBATCH_VALUE_KEYS, "exclusive")
 
 
-def effective(job: Job, supervised: bool = True) -> dict[str, Any]:
+class Effective(TypedDict):
+    """The effective settings of a job: the shape every template and submit step reads
+    (docs/architecture.md, "Effective job settings"). The nested sections stay dicts:
+    their keys are the validated profile's and job file's (config/specs.py)."""
+
+    name: str
+    profile_name: str
+    nodes: int
+    gpus_per_node: int | None
+    ntasks_per_node: int | None
+    launcher: str
+    script: str
+    args: list[str]
+    workdir: str | None
+    output: str | None
+    preflight: bool
+    cuda_graphs: bool
+    template: str
+    master_port: int | None
+    slurm: dict[str, Any]
+    network: dict[str, Any]
+    environment: dict[str, Any]
+    expect: dict[str, Any]
+    container: dict[str, Any] | None
+    resilience: dict[str, Any] | None
+
+
+def effective(job: Job, supervised: bool = True) -> Effective:
     """The job's settings as templates and slurm/ consume them (docs/architecture.md).
 
     Job values win over the profile's: `gpus_per_node`, `time`, `slurm`, `nccl`

@@ -18,6 +18,7 @@ from cluster_kit.errors import CheckFailed, ClusterRefused, InputError
 
 if TYPE_CHECKING:
     from cluster_kit.config.documents import Job
+    from cluster_kit.config.effective import Effective
     from cluster_kit.config.search import SearchPath
     from cluster_kit.fleet.preflight import FanOut
     from cluster_kit.fleet.routing import Candidates, Route
@@ -68,7 +69,7 @@ class Submitted:
 
     job_id: str | None
     job: Job
-    settings: dict[str, Any]
+    settings: Effective
     script: str
     route: Route | None = None
     report: dict[str, Any] | None = None
@@ -159,7 +160,7 @@ def load_tasks(app: Context, request: SubmitRequest) -> list[tuple[Job, dict[str
     return tasks
 
 
-def task_settings(job: Job, dependency: str | None, array: bool) -> dict[str, Any]:
+def task_settings(job: Job, dependency: str | None, array: bool) -> Effective:
     """The effective settings of one job (one array task): a dependency in its sbatch
     options, an output file per task for an array."""
     from cluster_kit.config.effective import effective
@@ -174,7 +175,7 @@ def task_settings(job: Job, dependency: str | None, array: bool) -> dict[str, An
     return settings
 
 
-def render_tasks(app: Context, settings_list: Sequence[dict[str, Any]], sweep: Sequence[Mapping[str, Any]],
+def render_tasks(app: Context, settings_list: Sequence[Effective], sweep: Sequence[Mapping[str, Any]],
                  array: str | None) -> str:
     """The job's script, or the array script of a sweep's tasks."""
     from cluster_kit.render.array import build_array_script
@@ -212,7 +213,7 @@ def expand_setting(value: str | None) -> NodeSet:
     return NodeSet(value or "")
 
 
-def job_candidates(app: Context, job: Job, settings: dict[str, Any]) -> Candidates:
+def job_candidates(app: Context, job: Job, settings: Effective) -> Candidates:
     """The nodes Slurm could give the job (routing.candidate_nodes on sinfo's view)."""
     from cluster_kit.fleet import routing
     from cluster_kit.slurm import jobs
@@ -238,7 +239,7 @@ def job_candidates(app: Context, job: Job, settings: dict[str, Any]) -> Candidat
     return candidates
 
 
-def preflight_and_route(app: Context, job: Job, settings: dict[str, Any], strict: bool,
+def preflight_and_route(app: Context, job: Job, settings: Effective, strict: bool,
                         progress: Progress | None = None) -> tuple[Route, dict[str, Any]]:
     """Preflight the job's candidates; the route around failing ones and the report.
 

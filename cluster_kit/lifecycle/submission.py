@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from cluster_kit.errors import ClusterRefused
@@ -9,6 +10,8 @@ from cluster_kit.lifecycle import records
 from cluster_kit.slurm import jobs
 
 if TYPE_CHECKING:
+    from cluster_kit.config.documents import Job
+    from cluster_kit.config.effective import Effective
     from cluster_kit.slurm.runner import Runner
 
 
@@ -17,7 +20,7 @@ def where_key(runner: Runner) -> str:
     return str(getattr(runner, "host", "") or "local")
 
 
-def output_dir(settings: dict[str, Any]) -> str | None:
+def output_dir(settings: Mapping[str, Any]) -> str | None:
     """The folder of the job's `output` file (sbatch does not create it), if any."""
     folder = posixpath.dirname(settings.get("output") or "")
     if not folder or "%" in folder:
@@ -26,7 +29,7 @@ def output_dir(settings: dict[str, Any]) -> str | None:
     return posixpath.join(workdir, folder) if workdir else folder
 
 
-def submit(runner: Runner, job: Any, settings: dict[str, Any], script: str, *,
+def submit(runner: Runner, job: Job, settings: Effective, script: str, *,
            preflight: dict[str, Any] | None = None, excluded: dict[str, list[str]] | None = None,
            test_only: bool = False, record_extra: dict[str, Any] | None = None) -> str:
     """Make the output folder, sbatch the script and keep the job's record: the
@@ -44,7 +47,7 @@ def submit(runner: Runner, job: Any, settings: dict[str, Any], script: str, *,
     return result
 
 
-def build_record(runner: Runner, job: Any, settings: dict[str, Any], script: str, job_id: str,
+def build_record(runner: Runner, job: Job, settings: Effective, script: str, job_id: str,
                  preflight: dict[str, Any] | None, excluded: dict[str, list[str]] | None) -> records.JobRecord:
     """The record of a job just submitted; its output paths as Slurm expanded them."""
     try:
@@ -56,7 +59,7 @@ def build_record(runner: Runner, job: Any, settings: dict[str, Any], script: str
         profile=str(job.profile.path.resolve()) if getattr(job.profile, "path", None) else None,
         job_file=str(job.path.resolve()) if getattr(job, "path", None) else None,
         launcher=str(settings.get("launcher") or "srun"), outputs=outputs,
-        excluded=dict(excluded or {}), settings=settings, script=script, preflight=preflight)
+        excluded=dict(excluded or {}), settings=dict(settings), script=script, preflight=preflight)
 
 
 def refuse_never_start(runner: Runner, job_id: str) -> None:

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cluster_kit.errors import InputError
+
+if TYPE_CHECKING:
+    from cluster_kit.config.effective import Effective
 
 SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 MIN_BYTES = 8  # the sweep's --min-bytes default: two float32 elements
@@ -27,9 +30,10 @@ def parse_size(text: str) -> int:
     return size
 
 
-def sweep_settings(settings: dict[str, Any]) -> dict[str, Any]:
+def sweep_settings(settings: Effective) -> Effective:
     """The job's settings, launched with srun (one task per GPU) and no in-job preflight."""
-    out = dict(settings, launcher="srun", preflight=False, name=f"{settings['name']}-allreduce")
+    out = settings.copy()
+    out["launcher"], out["preflight"], out["name"] = "srun", False, f"{settings['name']}-allreduce"
     if settings["launcher"] == "torchrun":
         out["ntasks_per_node"] = None
     return out
@@ -44,12 +48,13 @@ def build_sweep_context(max_bytes: str | None) -> dict[str, Any]:
     return {"sweep": build_heredoc(source, "CLUSTERKIT_SWEEP"), "sweep_args": args}
 
 
-def on_nodes(settings: dict[str, Any], nodes: list[str]) -> dict[str, Any]:
+def on_nodes(settings: Effective, nodes: list[str]) -> Effective:
     """The sweep's settings on exactly these nodes (one narrowing run of --find-slow)."""
     from cluster_kit.hostlist import fold
 
-    slurm = dict(settings["slurm"], nodelist=fold(nodes), exclude=None)
-    return dict(settings, nodes=len(nodes), slurm=slurm)
+    out = settings.copy()
+    out["nodes"], out["slurm"] = len(nodes), dict(settings["slurm"], nodelist=fold(nodes), exclude=None)
+    return out
 
 
 def render_allreduce(app: Any, job: Any, max_bytes: str | None, nodes: list[str] | None = None) -> str:
