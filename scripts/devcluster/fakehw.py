@@ -11,8 +11,9 @@ Each node gets `$DIR/nodes/<node>/` with:
   bin/nvidia-smi the stand-in itself (sshd puts bin/ first on PATH)
   bin/dmesg      the stand-in kernel log, from dmesg.txt ("AGE_SECONDS<TAB>message" lines)
   pci_devices/   bind-mounted over /sys/bus/pci/devices: an address -> device link per GPU
-                 and HCA, into .tree/ (root port / PCIe switch / device, with link and NUMA
-                 attributes); class/infiniband/<hca>/device links there too
+                 and HCA, into pci_tree/ (root port / PCIe switch / device, with link, NUMA,
+                 class, vendor and device attributes); class/infiniband/<hca>/device
+                 links there too
   nvlink_status.txt, nvlink_errors.txt  what the stand-in `nvidia-smi nvlink -s` / `-e` print
 
 The directories and proc_modules are rewritten in place, never replaced, because
@@ -159,7 +160,10 @@ SPECS = {
 SWITCHES = [(0x15, 0), (0x35, 0), (0x95, 1), (0xb5, 1), (0xd5, 1)]
 PCIE_GEN5_X16 = {"current_link_speed": "32.0 GT/s PCIe", "max_link_speed": "32.0 GT/s PCIe",
                  "current_link_width": "16", "max_link_width": "16"}
-PCI_TREE = "/sys/bus/pci/devices/.tree"    # where the links point, inside the node's namespace
+# What lspci, gloo and NCCL read of a function besides its link: class, vendor, device
+# (a 3D controller by NVIDIA, an InfiniBand controller by Mellanox: ConnectX-7).
+GPU_IDS = {"class": "0x030200", "vendor": "0x10de", "device": "0x2330"}
+HCA_IDS = {"class": "0x020700", "vendor": "0x15b3", "device": "0x1021"}
 
 
 def switch_path(switch, slot):
@@ -189,17 +193,20 @@ def hca_address(spec, index):
 
 
 def tree_path(bridges, address):
-    """ "pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:08.0/0000:19:03.0": a device below .tree/."""
+    """ "pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:08.0/0000:19:03.0": a device below pci_tree/."""
     return os.path.join(f"pci0000:{bridges[0][5:7]}", *bridges, address)
 
 
-def build_pci(pci_dir, spec):
-    """pci_devices/<address> links into pci_devices/.tree/pci0000:<bus>/<bridges>/<address>/."""
+def build_pci(pci_dir, tree_dir, spec):
+    """pci_devices/<address> links into pci_tree/pci0000:<bus>/<bridges>/<address>/ (the
+    tree outside the folder mounted over /sys/bus/pci/devices, which lists functions only)."""
+    hcas = {hca_address(spec, j) for j in range(len(spec.get("hca_switch") or spec["ports"]))}
     for address, bridges, numa, link in pci_devices(spec):
         relative = tree_path(bridges, address)
-        for name, value in dict(link, numa_node=str(numa)).items():
-            write(os.path.join(pci_dir, ".tree", relative, name), value)
-        os.symlink(os.path.join(PCI_TREE, relative), os.path.join(pci_dir, address))
+        ids = HCA_IDS if address in hcas else GPU_IDS
+        for name, value in dict(link, numa_node=str(numa), **ids).items():
+            write(os.path.join(tree_dir, relative, name), value)
+        os.symlink(os.path.join(tree_dir, relative), os.path.join(pci_dir, address))
 
 
 # ---------------------------------------------------------------- NVLink
@@ -291,7 +298,7 @@ def gid_table(spec, node_index, hca_index):
     return gids, types, {index: netdev for index in types}
 
 
-def build_infiniband(root, spec, node, node_index):
+def build_infiniband(root, spec, node, node_index, tree_dir):
     """Lay out /sys/class/infiniband/<hca>/... for every HCA of the node."""
     for hca_index, port in enumerate(spec["ports"]):
         hca = os.path.join(root, f"mlx5_{hca_index}")
@@ -303,12 +310,12 @@ def build_infiniband(root, spec, node, node_index):
         write(os.path.join(hca, "hw_rev"), "0x0")
         write(os.path.join(hca, "node_type"), "1: CA")
         write(os.path.join(hca, "node_desc"), f"{node} mlx5_{hca_index}")
-        os.symlink(os.path.join(PCI_TREE, device_target(spec, hca_index)), os.path.join(hca, "device"))
+        os.symlink(os.path.join(tree_dir, device_target(spec, hca_index)), os.path.join(hca, "device"))
         build_port(os.path.join(hca, "ports", "1"), spec, port, node_index, hca_index)
 
 
 def device_target(spec, hca_index):
-    """The path (below .tree) of an HCA's PCI function."""
+    """The path (below pci_tree) of an HCA's PCI function."""
     address = hca_address(spec, hca_index)
     bridges = next(b for a, b, _, _ in pci_devices(spec) if a == address)
     return tree_path(bridges, address)
@@ -441,11 +448,13 @@ def build_node(base, node):
     class_dir = os.path.join(node_dir, "class")
     module_dir = os.path.join(node_dir, "module")
     pci_dir = os.path.join(node_dir, "pci_devices")
+    tree_dir = os.path.join(node_dir, "pci_tree")
     clear_dir(class_dir)
     clear_dir(module_dir)
     clear_dir(pci_dir)
-    build_pci(pci_dir, spec)
-    build_infiniband(os.path.join(class_dir, "infiniband"), spec, node, node_index)
+    clear_dir(tree_dir)
+    build_pci(pci_dir, tree_dir, spec)
+    build_infiniband(os.path.join(class_dir, "infiniband"), spec, node, node_index, tree_dir)
     build_net(os.path.join(class_dir, "net"), spec, node_index)
     build_modules(module_dir, os.path.join(node_dir, "proc_modules"), spec)
     build_counters(os.path.join(class_dir, "infiniband"), spec)
