@@ -346,6 +346,38 @@ def test_link_rate() -> None:
     assert finding(load("ib-slow"), lower, "rdma.link_rate").status == "pass"
 
 
+def with_rate(facts: dict[str, Any], hca: str, rate: str | None) -> dict[str, Any]:
+    """A copy of `facts` where port 1 of `hca` reads `rate` (None: sysfs answered EINVAL)."""
+    result = copy.deepcopy(facts)
+    result["rdma"]["hcas"][hca]["ports"]["1"]["rate"] = rate
+    return result
+
+
+def test_an_unreadable_rate_is_not_taken_for_a_fast_one() -> None:
+    """rate_show answers EINVAL for a width it cannot name; the probe records None."""
+    facts = with_rate(load("ib-ok"), "mlx5_4", None)
+    f = finding(facts, IB_PROFILE, "rdma.link_rate")
+    assert (f.status, f.message) == ("fail", "mlx5_4 port 1 runs at an unreadable rate, below expect.ib_rate_gbps 400")
+    assert "`mlxlink -d mlx5_4 -p 1`" in f.fix
+    unlisted = finding(facts, with_settings(IB_PROFILE, network={"ib_hca": None}), "rdma.link_rate")
+    assert (unlisted.status, unlisted.message.split(",")[0]) == ("warn", "mlx5_4 port 1 runs at an unreadable rate")
+
+
+@pytest.mark.parametrize(("rate", "minimum", "status"), [
+    ("2.5 Gb/sec (1X SDR)", 2.5, "pass"),     # the kernel's text for an unknown speed
+    ("2.5 Gb/sec (1X SDR)", 10, "fail"),
+    ("56 Gb/sec (4X FDR)", 56, "pass"),
+    ("56 Gb/sec (4X FDR)", 100, "fail"),
+    ("100 Gb/sec (4X EDR)", 200, "fail"),
+    ("400 Gb/sec (4X NDR)", 400, "pass"),
+    ("800 Gb/sec (4X XDR)", 400, "pass"),
+])
+def test_link_rate_compares_the_kernel_rate_text(rate: str, minimum: float, status: str) -> None:
+    facts = with_rate(load("ib-ok"), "mlx5_2", rate)
+    profile = with_settings(IB_PROFILE, expect={"ib_rate_gbps": minimum})
+    assert finding(facts, profile, "rdma.link_rate").status == status
+
+
 def test_link_rate_leaves_down_ports_to_port_state() -> None:
     assert finding(load("ib-portdown"), IB_PROFILE, "rdma.link_rate").message == "7 ports at >= 400 Gb/sec"
 

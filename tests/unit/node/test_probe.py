@@ -110,7 +110,7 @@ class Port:
 
     state: str = "4: ACTIVE"
     phys_state: str = "5: LinkUp"
-    rate: str = IB_NDR
+    rate: str | None = IB_NDR  # None: unreadable (EINVAL)
     link_layer: str = "InfiniBand"
     gids: list[Gid] = field(default_factory=list)
     table_size: int = 4
@@ -322,13 +322,16 @@ def device_dir(root: Path, pci: str | None) -> Path:
 
 
 def build_port(port_dir: Path, port: Port) -> None:
-    """Port attributes and the GID table; unpopulated types/ndevs are unreadable.
+    """Port attributes and the GID table; unpopulated types/ndevs (and None attributes) are unreadable.
 
     The kernel answers EINVAL when reading the type or netdev of an empty GID
     entry; a directory in its place makes the read fail the same way (OSError).
     """
     for name in ("state", "phys_state", "rate", "link_layer"):
-        write(port_dir / name, getattr(port, name))
+        if getattr(port, name) is None:
+            (port_dir / name).mkdir(parents=True)
+        else:
+            write(port_dir / name, getattr(port, name))
     write(port_dir / "lid", "0x1a" if port.link_layer == "InfiniBand" else "0x0")
     for name, count in (port.counters or {}).items():
         write(port_dir / "counters" / name, count)
@@ -553,6 +556,16 @@ def test_roce_gid_table_has_v1_and_v2_with_their_netdev(tmp_path: Path) -> None:
 def test_port_down_polling_is_reported_as_the_kernel_shows_it(tmp_path: Path) -> None:
     port = probe_scenario(tmp_path, "ib-portdown")["rdma"]["hcas"]["mlx5_3"]["ports"]["1"]
     assert (port["state"], port["phys_state"]) == ("1: DOWN", "2: Polling")
+
+
+def test_a_rate_the_kernel_cannot_name_is_unreadable_not_zero(tmp_path: Path) -> None:
+    """The kernel's rate_show answers EINVAL when it cannot name the port's width
+    (a link still training): the fact is None, which rdma.link_rate must not pass."""
+    build_node(tmp_path, ib_with(4, rate=None))
+    facts = run_probe(tmp_path, memlock_kib=64)
+    port = facts["rdma"]["hcas"]["mlx5_4"]["ports"]["1"]
+    assert (port["state"], port["rate"]) == ("4: ACTIVE", None)
+    assert facts["rdma"]["hcas"]["mlx5_5"]["ports"]["1"]["rate"] == IB_NDR
 
 
 def test_missing_hca_is_simply_absent_from_the_list(tmp_path: Path) -> None:
