@@ -178,6 +178,25 @@ def test_parse_sacct_cancelled_by_user() -> None:
     assert rows[1].exit_code == ExitCode(0, 15)
 
 
+def test_a_requeued_job_is_its_last_run() -> None:
+    """Job 2 was requeued while running (`scontrol requeue`), then ran again to the end.
+
+    `--duplicates` lists every run, oldest first: the first is REQUEUED (its batch
+    step CANCELLED by the requeue), the last COMPLETED. Plain sacct (build_sacct)
+    shows only the last run.
+    """
+    rows = slurm.parse_sacct(out("sacct_requeued_duplicates"))
+    assert isinstance(rows, list)
+    assert [(r.job_id, r.state) for r in rows if not r.is_step] == [("2", "REQUEUED"), ("2", "COMPLETED")]
+    job = slurm.sacct_job_row(rows, "2")
+    assert job is not None
+    assert (job.state, job.exit_code, job.elapsed, job.nodes) == ("COMPLETED", ExitCode(0, 0), "00:00:04", "a[1-2]")
+    plain = slurm.parse_sacct(out("sacct_requeued"))
+    assert isinstance(plain, list) and CASES["sacct_requeued"]["argv"] == slurm.build_sacct("2")
+    assert slurm.sacct_job_row(plain, "2") == job
+    assert slurm.sacct_job_row(plain, "3") is None
+
+
 def test_parse_sacct_running() -> None:
     rows = slurm.parse_sacct(out("sacct_running"))
     assert isinstance(rows, list)
