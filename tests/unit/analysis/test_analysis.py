@@ -78,20 +78,58 @@ def test_gloo_ranks_hosts_and_variant() -> None:
     assert {t.host for t in traces} == {"vm"}
 
 
-def test_gloo_breakdown_adds_up_per_step_and_per_rank(gloo_doc: dict) -> None:
+def test_gloo_breakdown_has_compute_and_communication_in_every_step(gloo_doc: dict) -> None:
     for trace in load_folder(GLOO):
         result = analyse_rank(trace)
         assert len(result.steps) == 3
         for step in result.steps:
-            assert math.isclose(step.compute_ms + step.exposed_comm_ms + step.other_ms, step.step_ms, abs_tol=1e-6)
-            assert step.exposed_comm_ms <= step.comm_ms + 1e-9
             assert step.comm_ms > 0 and step.compute_ms > 0
     for rank in gloo_doc["ranks"]:
-        parts = rank["compute_ms"] + rank["exposed_comm_ms"] + rank["other_ms"]
-        assert math.isclose(parts, rank["step_ms"]["mean"], abs_tol=0.002), rank
-        assert rank["exposed_comm_ms"] <= rank["comm_ms"]
         assert rank["step_ms"]["median"] <= rank["step_ms"]["p90"]
-        assert 0 <= rank["overlap_pct"] <= 100
+        assert 0 < rank["overlap_pct"] < 100
+
+
+# ---------------------------------------------------------------- a trace made by hand
+
+def cpu_op(name: str, start_ms: float, end_ms: float, tid: int = 1) -> dict:
+    """A complete ("X") event as the profiler writes it; times in ms here, us in the trace."""
+    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid,
+            "ts": start_ms * 1e3, "dur": (end_ms - start_ms) * 1e3, "args": {}}
+
+
+def handmade_trace() -> dict:
+    """Two steps of one Gloo rank whose figures are known from the drawing below (ms).
+
+    step 1 [1, 11):   compute 1-5 and 4.5-6 (5 ms),  gloo 5-8 (3 ms, 1 ms under compute),
+                      nothing 8-11 (3 ms)
+    step 2 [11, 20):  compute 11-13 and 18-21 (cut at 20: 4 ms),  gloo 14-18.5 (4.5 ms,
+                      0.5 ms under compute),  nothing 13-14 (1 ms)
+    A gloo call on another thread (the collective's worker), as Gloo records them.
+    """
+    events = [
+        {**cpu_op("ProfilerStep#1", 1, 11), "cat": "user_annotation"},
+        {**cpu_op("ProfilerStep#2", 11, 20), "cat": "user_annotation"},
+        cpu_op("aten::mm", 1, 5), cpu_op("aten::add_", 4.5, 6),
+        cpu_op("gloo:all_reduce", 5, 8, tid=2),
+        cpu_op("aten::mm", 11, 13), cpu_op("aten::mm", 18, 21),
+        cpu_op("gloo:all_reduce", 14, 18.5, tid=2),
+        cpu_op("c10d::allreduce_", 4.9, 5.0),  # a launch: not compute
+    ]
+    return {"traceEvents": events, "distributedInfo": {"rank": 0, "world_size": 2, "backend": "gloo"}}
+
+
+def test_a_handmade_trace_breaks_down_as_drawn() -> None:
+    trace = parse_trace(json.dumps(handmade_trace()), "as-is.trace-rank0@vm.json")
+    result = analyse_rank(trace)
+    figures = [(s.number, s.step_ms, s.compute_ms, s.comm_ms, s.exposed_comm_ms, s.other_ms) for s in result.steps]
+    assert figures == [pytest.approx((1, 10.0, 5.0, 3.0, 2.0, 3.0)), pytest.approx((2, 9.0, 4.0, 4.5, 4.0, 1.0))]
+    assert [(kind, round(a, 6), round(b, 6)) for kind, a, b in result.steps[1].segments] == [
+        ("compute", 0.0, 2.0), ("exposed_comm", 3.0, 7.0), ("compute", 7.0, 9.0)]
+    rank = result.as_json()
+    assert rank["step_ms"] == {"median": 9.5, "p90": 10.0, "mean": 9.5}
+    assert (rank["compute_ms"], rank["comm_ms"], rank["exposed_comm_ms"], rank["other_ms"]) == (4.5, 3.75, 3.0, 2.0)
+    assert rank["overlap_pct"] == 20.0  # 0.75 of 3.75 ms under compute
+    assert overall_overlap_pct(trace) == pytest.approx(100 * 1.5 / 7.5)
 
 
 def test_gloo_all_reduces_are_ddps_buckets(gloo_doc: dict) -> None:
