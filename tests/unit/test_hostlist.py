@@ -265,3 +265,25 @@ def test_the_most_hosts_an_expression_may_name() -> None:
     assert len(expand("n[1-65536]")) == 65536
     assert len(expand("a[1-32768],b[1-32768]")) == 65536
     assert len(expand("r[1-256]n[1-256]")) == 65536
+
+
+# ---------------------------------------------------------------- limits and messages
+# (survivors of scripts/mutation: docs/mutation.md)
+
+
+def test_the_host_limit_is_exact_across_items_and_bracket_groups() -> None:
+    assert len(expand("n[1-65536]")) == 65536
+    assert expand("n[1-65535],a")[-2:] == ["n65535", "a"]  # 65,536 hosts: at the limit, not over it
+    refused = {
+        "n[1-65537]": "the range '1-65537' has more than 65536 hosts",
+        "n[1-300]x[1-300]": "it names more than 65536 hosts",  # 90,000: the groups multiply
+        "n[1-65536],a": "it names more than 65536 hosts",
+        "n[1-2]a[1-3]b": "Slurm accepts no text after the last ']' ('b' in 'n[1-2]a[1-3]b')",
+        "n[]": "an empty range is not N or N-M with decimal digits",
+        "gpu 01;": "character ';' is not allowed in a host name (letters, digits, '-', '_' and '.' are)",
+    }
+    for expr, message in refused.items():
+        with pytest.raises(ValueError) as raised:
+            expand(expr)
+        assert str(raised.value) == f"invalid hostlist {expr!r}: {message}" + (
+            "; list such hosts one by one" if "after the last" in message else "")
