@@ -185,3 +185,9 @@ def test_states_as_sacct_and_squeue_write_them() -> None:
     two_nodes = outcome.parse_job_output("srun: error: Node failure on n2\nsrun: error: Node failure on n3\n")
     assert outcome.explain("9", "completed", 0, two_nodes) == (
         "job 9 finished with exit code 0: COMPLETED; failed node(s): n2, n3")
+
+
+def test_a_completed_job_names_no_first_failure_even_if_a_task_failed() -> None:
+    verdict = outcome.parse_job_output("srun: error: n1: task 1: Exited with exit code 2\n")
+    assert outcome.explain("9", "COMPLETED", 0, verdict) == "job 9 finished with exit code 0: COMPLETED"
+    assert outcome.explain("9", "FAILED", 2, verdict).endswith("; first failure: rank 1 on n1 exited with exit code 2")

@@ -559,3 +559,11 @@ def test_unknown_job_on_any_line_of_scontrols_answer() -> None:
 def test_a_whole_line_value_keeps_its_own_equals_signs() -> None:
     [record] = slurm.parse_scontrol_show_job("JobId=5 JobName=x\n   Comment=a=b c=d\n")
     assert (record["JobId"], record["Comment"]) == ("5", "a=b c=d")
+
+
+def test_values_with_capital_x_and_names_with_capitals_are_judged_as_written() -> None:
+    assert slurm.build_sbatch_options({"constraint": "XEON&X86"}) == ["--constraint=XEON&X86"]
+    assert slurm.build_scontrol_update_nodes("n1", "DRAIN", "XID 79")[-1] == "Reason=XID 79"
+    with pytest.raises(ValueError, match="not an sbatch long option name: 'Xtime'"):
+        slurm.build_sbatch_options({"Xtime": "10"})
+    assert slurm.slurm_error_message("") == "no message"
