@@ -525,3 +525,41 @@ def test_real_h200_machine_facts() -> None:
         "torch 2.11.0+cu130 (CUDA 13.0, NCCL 2.28.9) sees 1 GPU")
     no_ib = finding(facts, profile, "rdma.hca_present")
     assert (no_ib.status, no_ib.message) == ("fail", "no RDMA device under /sys/class/infiniband")
+
+
+# ---------------------------------------------------------------- whole findings, written out
+# (survivors of scripts/mutation: docs/mutation.md)
+
+
+def test_two_slow_ports_whole_finding() -> None:
+    facts = with_rate(with_rate(load("ib-ok"), "mlx5_1", "200 Gb/sec (4X HDR)"), "mlx5_6", None)
+    f = finding(facts, IB_PROFILE, "rdma.link_rate")
+    assert f.status == "fail"
+    assert f.message == ("mlx5_1 port 1 runs at 200 Gb/sec (4X HDR), below expect.ib_rate_gbps 400; "
+                         "mlx5_6 port 1 runs at an unreadable rate, below expect.ib_rate_gbps 400")
+    assert f.fix == (
+        "a link that trained to a lower speed or width points to the cable, transceiver or switch port: "
+        "`mlxlink -d mlx5_1 -p 1`, `mlxlink -d mlx5_6 -p 1`; reseat or replace the cable; or drop mlx5_1:1, "
+        "mlx5_6:1 from network.ib_hca, leaving network.ib_hca: [mlx5_0:1, mlx5_2:1, mlx5_3:1, mlx5_4:1, mlx5_5:1, "
+        'mlx5_7:1] (the job then gets NCCL_IB_HCA="=mlx5_0:1,mlx5_2:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_7:1")')
+    low = with_settings(IB_PROFILE, expect={"ib_rate_gbps": 1})  # unreadable is below any minimum
+    assert finding(with_rate(load("ib-ok"), "mlx5_1", None), low, "rdma.link_rate").status == "fail"
+
+
+def test_missing_listed_hcas_whole_finding() -> None:
+    present = "mlx5_0, mlx5_1, mlx5_2, mlx5_4, mlx5_5, mlx5_6, mlx5_7"
+    use = ("network.ib_hca: [mlx5_0:1, mlx5_1:1, mlx5_2:1, mlx5_4:1, mlx5_5:1, mlx5_6:1, mlx5_7:1] (the job then "
+           'gets NCCL_IB_HCA="=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1")')
+    fix = f"check the card and its driver (`lspci | grep -i mellanox`, `dmesg | grep mlx5`); or use what is present: {use}"
+    one = finding(load("ib-nohca"), IB_PROFILE, "rdma.hca_present")
+    assert (one.status, one.message, one.fix) == (
+        "fail", f"mlx5_3 of network.ib_hca is missing (present: {present})", fix)
+    # only missing HCAs listed: what works is taken from every HCA present
+    two = finding(load("ib-nohca"), with_settings(IB_PROFILE, network={"ib_hca": ["mlx5_3", "mlx5_9"]}),
+                  "rdma.hca_present")
+    assert (two.message, two.fix) == (f"mlx5_3, mlx5_9 of network.ib_hca are missing (present: {present})", fix)
+    none_up = copy.deepcopy(load("ib-nohca"))
+    for hca in none_up["rdma"]["hcas"].values():
+        hca["ports"]["1"]["state"] = "1: DOWN"
+    down = finding(none_up, IB_PROFILE, "rdma.hca_present")
+    assert down.fix == "check the card and its driver (`lspci | grep -i mellanox`, `dmesg | grep mlx5`)"
