@@ -563,3 +563,53 @@ def test_missing_listed_hcas_whole_finding() -> None:
         hca["ports"]["1"]["state"] = "1: DOWN"
     down = finding(none_up, IB_PROFILE, "rdma.hca_present")
     assert down.fix == "check the card and its driver (`lspci | grep -i mellanox`, `dmesg | grep mlx5`)"
+
+
+def without_counters(facts: dict[str, Any]) -> dict[str, Any]:
+    """As an older kernel shows the ports: no counters/ folder."""
+    result = copy.deepcopy(facts)
+    for hca in result["rdma"]["hcas"].values():
+        hca["ports"]["1"]["counters"] = {}
+    return result
+
+
+def test_port_errors_with_no_counters_at_the_threshold_and_unlisted() -> None:
+    none = finding(without_counters(load("ib-ok")), IB_PROFILE, "rdma.port_errors")
+    assert (none.status, none.message) == ("pass", "the kernel exposes no error counters for these ports")
+    flap = load("ib-flap")  # mlx5_1: link_downed 37, link_error_recovery 112, symbol_error 4021
+    at_limit = with_settings(IB_PROFILE, expect={"ib_error_thresholds": {
+        "link_downed": 37, "link_error_recovery": 112, "symbol_error": 4021, "port_rcv_errors": None}})
+    assert finding(flap, at_limit, "rdma.port_errors").status == "pass"  # equal is not over
+    unlisted = finding(flap, with_settings(IB_PROFILE, network={"ib_hca": None}), "rdma.port_errors")
+    assert (unlisted.status, unlisted.message) == (
+        "warn", "mlx5_1 port 1: symbol_error 4021 (> 100), link_error_recovery 112 (> 10), link_downed 37 (> 5)")
+    assert unlisted.fix.startswith("confirm on the node with `perfquery -x` (the port's LID) or "
+                                   "`mlxlink -d mlx5_1 -p 1 -c`")
+
+
+def test_ib_hca_as_nccls_string_and_bare_hca_names() -> None:
+    as_string = with_settings(IB_PROFILE, network={"ib_hca": "=mlx5_0:1,mlx5_1"})
+    assert finding(load("ib-ok"), as_string, "rdma.port_state").message == (
+        "2 ports ACTIVE / LinkUp: mlx5_0:1, mlx5_1:1")
+    bare = with_settings(IB_PROFILE, network={"ib_hca": ["mlx5_0", "mlx5_1"]})
+    assert finding(load("ib-ok"), bare, "rdma.port_state").message == "2 ports ACTIVE / LinkUp: mlx5_0:1, mlx5_1:1"
+
+
+def test_gid_addresses_at_their_edges() -> None:
+    assert gid_address("fe80:0000:0000:0000:0000:ffff:0a00:0001")[0] == "link-local"  # not IPv4-mapped
+    assert gid_address("fe81:0000:0000:0000:0000:0000:0000:0001")[0] == "link-local"  # fe80::/10
+    assert gid_address("fe80:0000")[0] == "bad"
+
+
+def test_peermem_that_cannot_be_read_is_named() -> None:
+    facts = copy.deepcopy(load("ib-ok"))
+    facts["peermem"] = {"status": "error", "error": "/proc/modules: Permission denied"}
+    f = finding(facts, IB_PROFILE, "rdma.peermem")
+    assert (f.id, f.status) == ("rdma.peermem", "fail")
+    assert f.message.startswith("cannot tell whether nvidia_peermem is loaded: ")
+
+
+def test_wrong_link_layer_for_roce_whole_finding() -> None:
+    f = finding(load("ib-ok"), with_settings(IB_PROFILE, network={"fabric": "roce", "ib_hca": None}), "rdma.link_layer")
+    assert f.status == "fail"
+    assert f.fix == "set network.fabric: infiniband if that is this cluster's fabric"
