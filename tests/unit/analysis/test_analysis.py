@@ -118,6 +118,50 @@ def handmade_trace() -> dict:
     return {"traceEvents": events, "distributedInfo": {"rank": 0, "world_size": 2, "backend": "gloo"}}
 
 
+def gpu_event(name: str, cat: str, start_ms: float, end_ms: float, correlation: int, tid: int = 7) -> dict:
+    """A GPU kernel (cat kernel, stream tid 7) or its CUDA runtime launch (cat cuda_runtime, tid 1)."""
+    return {**cpu_op(name, start_ms, end_ms, tid=tid), "cat": cat, "args": {"correlation": correlation}}
+
+
+def handmade_gpu_trace() -> dict:
+    """One step of one NCCL rank on a GPU, figures known from the drawing (ms).
+
+    CPU: ProfilerStep#1 0-5, the nccl:all_reduce call 2-3 inside it.
+    GPU: compute kernel 4-6 (launched at 1), NCCL kernel 5-8 (launched at 2.5 from
+    within the nccl:all_reduce call), copy 8.5-9 (launched at 4).
+    The step ends when its last GPU work does (9): 9 ms; compute 2; communication 3,
+    1 of it under compute, so 2 exposed; nothing runs 0-4 and 8-8.5, and the copy is
+    neither: other 9 - 2 - 2 = 5. Two kernels were launched.
+    """
+    events = [
+        {**cpu_op("ProfilerStep#1", 0, 5), "cat": "user_annotation"},
+        {**cpu_op("nccl:all_reduce", 2, 3), "cat": "user_annotation"},
+        gpu_event("cudaLaunchKernel", "cuda_runtime", 1, 1.1, 1, tid=1),
+        gpu_event("cudaLaunchKernel", "cuda_runtime", 2.5, 2.6, 2, tid=1),
+        gpu_event("cudaMemcpyAsync", "cuda_runtime", 4, 4.1, 3, tid=1),
+        gpu_event("void gemm_kernel<float>", "kernel", 4, 6, 1),
+        gpu_event("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "kernel", 5, 8, 2),
+        gpu_event("Memcpy DtoH (Device -> Pinned)", "gpu_memcpy", 8.5, 9, 3),
+    ]
+    return {"traceEvents": events, "distributedInfo": {"rank": 0, "world_size": 1, "backend": "nccl"}}
+
+
+def test_a_handmade_gpu_trace_breaks_down_as_drawn() -> None:
+    trace = parse_trace(json.dumps(handmade_gpu_trace()), "trace-rank0.json")
+    assert (trace.has_gpu, trace.variant, trace.host) == (True, "", "")
+    [window] = step_windows(trace)
+    assert (window.number, window.start, window.end) == (1, 0.0, 9000.0)
+    result = analyse_rank(trace)
+    [step] = result.steps
+    figures = (step.step_ms, step.compute_ms, step.comm_ms, step.exposed_comm_ms, step.other_ms)
+    assert figures == pytest.approx((9.0, 2.0, 3.0, 2.0, 5.0))
+    rank = result.as_json()
+    assert (rank["overlap_pct"], rank["kernels_per_step"], rank["graph_launches_per_step"]) == (33.3, 2.0, 0.0)
+    # one call per step, its time the NCCL kernel's 3 ms, not launched from a backward pass
+    assert [(c["op"], c["count"], c["ms"], c["ddp_bucket"]) for c in rank["collectives"]] == [
+        ("all_reduce", 1.0, 3.0, False)]
+
+
 def test_a_handmade_trace_breaks_down_as_drawn() -> None:
     trace = parse_trace(json.dumps(handmade_trace()), "as-is.trace-rank0@vm.json")
     result = analyse_rank(trace)
