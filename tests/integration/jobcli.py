@@ -7,16 +7,19 @@ slow Slurm jobs of a module overlap.
 """
 from __future__ import annotations
 
+import os
 import re
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
@@ -74,6 +77,30 @@ def finish(proc: subprocess.Popen[str], timeout: float = RUN_TIMEOUT_S) -> subpr
         stdout, stderr = proc.communicate()
         raise AssertionError(f"{proc.args!r} still running after {timeout} s\n{stdout}{stderr}") from None
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def read_until(proc: subprocess.Popen[str], stream: IO[str] | None, pattern: str,
+               timeout: float = 60) -> str:
+    """What a running `start` process wrote to `stream` up to a line matching `pattern`.
+
+    The event a test waits for before acting (a poll has begun, a node is being
+    probed), within a deadline: AssertionError, the process killed, if the line
+    does not come or the process ends first. Reads the pipe's file descriptor
+    directly, so `finish` then returns the rest: prepend this text to it.
+    """
+    assert stream is not None
+    fd, data = stream.fileno(), b""
+    deadline = time.monotonic() + timeout
+    while not re.search(pattern, data.decode(errors="replace"), re.MULTILINE):
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(fd, 65536) if ready else b""
+        if not chunk:
+            why = "timed out" if not ready else f"ended (rc {proc.wait()})"
+            proc.kill()
+            raise AssertionError(f"{proc.args!r} {why} before a line matching {pattern!r}:\n"
+                                 f"{data.decode(errors='replace')}")
+        data += chunk
+    return data.decode(errors="replace")
 
 
 def clusterkit(dev_cluster: Any, *args: str, env: dict[str, str] | None = None,

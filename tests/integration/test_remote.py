@@ -359,17 +359,22 @@ def test_host_key_alias_names_the_known_hosts_entry(lab: Lab) -> None:
 # --- failures come back fast and categorised ----------------------------------------
 
 
+# Time bounds below only tell the right behaviour from the wrong one, with a wide
+# margin for a busy machine: at most half the time the wrong behaviour would take
+# (waiting out a 30 s timeout, a 30 s command, or hosts one after the other).
+
+
 def test_connection_refused(lab: Lab) -> None:
-    result = fanout.run(REFUSED, "true", lab.settings())
+    result = fanout.run(REFUSED, "true", lab.settings(connect_timeout=30))
     assert (result.error or "").startswith("connection refused")
-    assert result.elapsed_s < 2
+    assert result.elapsed_s < 15  # answered at once, not after connect_timeout
 
 
 def test_silent_listener_times_out_within_connect_timeout(lab: Lab) -> None:
     started = time.monotonic()
-    result = fanout.run(SILENT, "true", lab.settings(connect_timeout=2))
+    result = fanout.run(SILENT, "true", lab.settings(connect_timeout=2, command_timeout=30))
     assert (result.error or "").startswith("no answer within 2s"), result.error
-    assert time.monotonic() - started < 2 + 2
+    assert time.monotonic() - started < 15  # cut by connect_timeout, not command_timeout
 
 
 def _still_running(pattern: str, wait_s: float = 2.0) -> bool:
@@ -388,16 +393,16 @@ def test_command_longer_than_command_timeout_is_cut_off_and_stopped(lab: Lab) ->
     assert (result.error or "").startswith("no answer within 2s"), result.error
     assert result.exit_status is None and not result.ok
     assert result.stdout == "partial\n"
-    assert time.monotonic() - started < 2 + 2
+    assert time.monotonic() - started < 15  # not the 31 s of the command
     assert not _still_running("sleep 31"), "the timed-out command was left running"
 
 
 def test_a_command_that_never_closes_stdout_is_cut_off(lab: Lab) -> None:
     started = time.monotonic()
-    result = fanout.run(A, "sleep 6 & echo started", lab.settings(command_timeout=1))
+    result = fanout.run(A, "sleep 30 & echo started", lab.settings(command_timeout=1))
     assert (result.error or "").startswith("no answer within 1s"), result.error
     assert result.stdout == "started\n"
-    assert time.monotonic() - started < 1 + 2
+    assert time.monotonic() - started < 15  # not the 30 s until the background sleep closes stdout
 
 
 def test_unresolvable_host_name(lab: Lab) -> None:
@@ -414,11 +419,12 @@ def test_wrong_key_fails_authentication_naming_user_and_key(lab: Lab) -> None:
 
 def test_passphrase_key_fails_fast_with_the_fix(lab: Lab) -> None:
     started = time.monotonic()
-    result = fanout.run(A, "true", lab.settings(identity_file=lab.locked_key))
+    result = fanout.run(A, "true", lab.settings(identity_file=lab.locked_key, connect_timeout=30,
+                                                command_timeout=30))
     error = result.error or ""
     assert error.startswith(f"authentication failed for user {USER}")
     assert "id_locked needs a passphrase" in error and "ssh-add" in error
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 15  # no prompt waited out
 
 
 def test_missing_identity_file_is_named(lab: Lab) -> None:
@@ -510,9 +516,9 @@ def test_unreachable_jump_host_is_named(lab: Lab) -> None:
 
 def test_silent_target_behind_the_jump_host_times_out(lab: Lab) -> None:
     started = time.monotonic()
-    result = fanout.run(SILENT, "true", lab.settings(proxy_jump=A, connect_timeout=2))
+    result = fanout.run(SILENT, "true", lab.settings(proxy_jump=A, connect_timeout=2, command_timeout=30))
     assert (result.error or "").startswith("no answer within 2s"), result.error
-    assert time.monotonic() - started < 2 * 2 + 2
+    assert time.monotonic() - started < 15  # cut by connect_timeout, not command_timeout
 
 
 # --- fan_out ------------------------------------------------------------------------------
@@ -537,13 +543,13 @@ def test_fan_out_answers_every_host_in_order_within_the_deadline(lab: Lab, proce
                         or started_shards[-1])
     hosts = _mixed_hosts()
     seen: list[HostResult] = []
-    settings = lab.settings(user=USER, connect_timeout=2, command_timeout=5, fanout=32)
+    settings = lab.settings(user=USER, connect_timeout=4, command_timeout=5, fanout=32)
     started = time.monotonic()
     results = fanout.fan_out(hosts, "hostname >/dev/null; echo ok", settings, on_result=seen.append)
     elapsed = time.monotonic() - started
     assert [r.host for r in results] == hosts
     assert sorted(r.host for r in seen) == sorted(hosts)
-    expected = {"good": "", "bad-refused": "connection refused", "bad-silent": "no answer within 2s",
+    expected = {"good": "", "bad-refused": "connection refused", "bad-silent": "no answer within 4s",
                 "bad-dns": "hostname does not resolve",
                 "bad-changed": "host key verification failed: REMOTE HOST IDENTIFICATION HAS CHANGED"}
     for result in results:
@@ -552,7 +558,8 @@ def test_fan_out_answers_every_host_in_order_within_the_deadline(lab: Lab, proce
             assert result.ok and result.stdout == "ok\n", (result.host, result.error)
         else:
             assert (result.error or "").startswith(expected[kind]), (result.host, result.error)
-    assert elapsed < 2 + 3, elapsed  # the slowest host is a silent one: connect_timeout
+    # the five silent hosts wait out connect_timeout side by side (4 s), not one after another (20 s)
+    assert elapsed < 10, elapsed
     assert len(started_shards) == (0 if processes == 1 else processes)
 
 

@@ -24,6 +24,7 @@ from jobcli import (
     finish,
     job_id_of,
     rank_lines,
+    read_until,
     scancel,
     shared_dir,
     ssh_section,
@@ -176,13 +177,14 @@ def test_status_logs_and_cancel_of_a_running_job(dev_cluster: Any, cpu_job: Any)
         wait_until(lambda: "ck-rank" in clusterkit(dev_cluster, "logs", job_id).stdout, "the job's first line")
 
         follow = start(dev_cluster, "logs", "-f", job_id)
-        time.sleep(1.0)
-        assert follow.poll() is None  # following a running job
+        shown = read_until(follow, follow.stdout, r"^ck-rank ")  # it has printed the log so far ...
+        assert follow.poll() is None  # ... and goes on following the running job
         cancelled = clusterkit(dev_cluster, "cancel", job_id)
         assert (cancelled.returncode, cancelled.stdout) == (0, f"cancelled {job_id}\n"), cancelled.stderr
         followed = finish(follow, timeout=60)  # ends on its own once the job has ended
         assert followed.returncode == 0, followed.stderr
-        assert followed.stdout.startswith("ck-rank RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 MASTER_ADDR=n1 "), followed.stdout
+        assert (shown + followed.stdout).startswith("ck-rank RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 MASTER_ADDR=n1 "), (
+            shown + followed.stdout)
 
         final = wait_until(lambda: (s := status_fields(dev_cluster, job_id))["phase"] == "terminal" and s,
                            "the end of the job")
@@ -218,7 +220,9 @@ def test_submit_status_and_logs_through_the_login_node(dev_cluster: Any, tmp_pat
             "preflight": False})
         marker = tmp_path / "before"
         marker.write_text("")
-        time.sleep(1.1)  # -newer compares whole seconds on some file systems
+        # -newer compares whole seconds on some file systems: start once the clock has
+        # passed the marker's second, so a file made in that same second still counts as newer
+        wait_until(lambda: time.time() >= int(marker.stat().st_mtime) + 1, "the next second", timeout=5)
 
         done = clusterkit(dev_cluster, "submit", str(job), "--wait", env=env)
         assert done.returncode == 0, done.stdout + done.stderr

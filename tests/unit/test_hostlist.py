@@ -360,3 +360,25 @@ def test_nodeset_round_trips_random_hostlists() -> None:
         assert list(node_set) == list(dict.fromkeys(hosts))
         assert NodeSet(str(node_set)) == node_set
         assert list(NodeSet(str(node_set))) == list(node_set)
+
+
+# ---------------------------------------------------------------- limits and messages
+# (survivors of scripts/mutation: docs/mutation.md)
+
+
+def test_the_host_limit_is_exact_across_items_and_bracket_groups() -> None:
+    assert len(expand("n[1-65536]")) == 65536
+    assert expand("n[1-65535],a")[-2:] == ["n65535", "a"]  # 65,536 hosts: at the limit, not over it
+    refused = {
+        "n[1-65537]": "the range '1-65537' has more than 65536 hosts",
+        "n[1-300]x[1-300]": "it names more than 65536 hosts",  # 90,000: the groups multiply
+        "n[1-65536],a": "it names more than 65536 hosts",
+        "n[1-2]a[1-3]b": "Slurm accepts no text after the last ']' ('b' in 'n[1-2]a[1-3]b')",
+        "n[]": "an empty range is not N or N-M with decimal digits",
+        "gpu 01;": "character ';' is not allowed in a host name (letters, digits, '-', '_' and '.' are)",
+    }
+    for expr, message in refused.items():
+        with pytest.raises(ValueError) as raised:
+            expand(expr)
+        assert str(raised.value) == f"invalid hostlist {expr!r}: {message}" + (
+            "; list such hosts one by one" if "after the last" in message else "")

@@ -5,6 +5,10 @@ debug) reachable through $SLURM_CONF, and no other jobs. Usage:
 
     SLURM_CONF=... python tests/data/slurm/capture.py basic WORKDIR
     SLURM_CONF=... python tests/data/slurm/capture.py accounting WORKDIR   # needs slurmdbd
+    SLURM_CONF=... python tests/data/slurm/capture.py requeued WORKDIR     # needs slurmdbd
+
+The `requeued` cases were recorded on a second such cluster, with slurmdbd, whose
+nodes are a1 and a2.
 
 Each case writes `<case>.stdout` and `<case>.stderr` verbatim and records its
 argv and exit status in `cases.json`. The argv comes from cluster_kit.slurm.builders's
@@ -145,5 +149,27 @@ def accounting(work: Path) -> None:
     save("sacct_unknown", slurm.build_sacct("999999"))
 
 
+def requeued(work: Path) -> None:
+    """sacct text of a two-node job requeued once while running, then completed.
+
+    Plain sacct shows only the job's latest run; `--duplicates` shows every run,
+    oldest first (the first one REQUEUED, its batch step CANCELLED by the requeue).
+    Slurm holds a requeued job back for about two minutes (Reason=BeginTime).
+    """
+    out = work / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    common = {"partition": "debug", "output": f"{out}/%x-%j.out", "chdir": str(work)}
+    job = submit(None, {**common, "job-name": "ck-requeue", "nodes": 2, "requeue": True},
+                 "#!/bin/bash\nsrun true\nsleep 4\n")
+    wait_for(job, ("running",))
+    time.sleep(2)
+    run(["scontrol", "requeue", job])
+    wait_for(job, ("terminal",), limit=300)
+    time.sleep(2)
+    argv = slurm.build_sacct(job)
+    save("sacct_requeued", argv)
+    save("sacct_requeued_duplicates", [argv[0], "--duplicates", *argv[1:]])
+
+
 if __name__ == "__main__":
-    {"basic": basic, "accounting": accounting}[sys.argv[1]](Path(sys.argv[2]))
+    {"basic": basic, "accounting": accounting, "requeued": requeued}[sys.argv[1]](Path(sys.argv[2]))

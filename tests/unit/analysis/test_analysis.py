@@ -78,20 +78,102 @@ def test_gloo_ranks_hosts_and_variant() -> None:
     assert {t.host for t in traces} == {"vm"}
 
 
-def test_gloo_breakdown_adds_up_per_step_and_per_rank(gloo_doc: dict) -> None:
+def test_gloo_breakdown_has_compute_and_communication_in_every_step(gloo_doc: dict) -> None:
     for trace in load_folder(GLOO):
         result = analyse_rank(trace)
         assert len(result.steps) == 3
         for step in result.steps:
-            assert math.isclose(step.compute_ms + step.exposed_comm_ms + step.other_ms, step.step_ms, abs_tol=1e-6)
-            assert step.exposed_comm_ms <= step.comm_ms + 1e-9
             assert step.comm_ms > 0 and step.compute_ms > 0
     for rank in gloo_doc["ranks"]:
-        parts = rank["compute_ms"] + rank["exposed_comm_ms"] + rank["other_ms"]
-        assert math.isclose(parts, rank["step_ms"]["mean"], abs_tol=0.002), rank
-        assert rank["exposed_comm_ms"] <= rank["comm_ms"]
         assert rank["step_ms"]["median"] <= rank["step_ms"]["p90"]
-        assert 0 <= rank["overlap_pct"] <= 100
+        assert 0 < rank["overlap_pct"] < 100
+
+
+# ---------------------------------------------------------------- a trace made by hand
+
+def cpu_op(name: str, start_ms: float, end_ms: float, tid: int = 1) -> dict:
+    """A complete ("X") event as the profiler writes it; times in ms here, us in the trace."""
+    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid,
+            "ts": start_ms * 1e3, "dur": (end_ms - start_ms) * 1e3, "args": {}}
+
+
+def handmade_trace() -> dict:
+    """Two steps of one Gloo rank whose figures are known from the drawing below (ms).
+
+    step 1 [1, 11):   compute 1-5 and 4.5-6 (5 ms),  gloo 5-8 (3 ms, 1 ms under compute),
+                      nothing 8-11 (3 ms)
+    step 2 [11, 20):  compute 11-13 and 18-21 (cut at 20: 4 ms),  gloo 14-18.5 (4.5 ms,
+                      0.5 ms under compute),  nothing 13-14 (1 ms)
+    A gloo call on another thread (the collective's worker), as Gloo records them.
+    """
+    events = [
+        {**cpu_op("ProfilerStep#1", 1, 11), "cat": "user_annotation"},
+        {**cpu_op("ProfilerStep#2", 11, 20), "cat": "user_annotation"},
+        cpu_op("aten::mm", 1, 5), cpu_op("aten::add_", 4.5, 6),
+        cpu_op("gloo:all_reduce", 5, 8, tid=2),
+        cpu_op("aten::mm", 11, 13), cpu_op("aten::mm", 18, 21),
+        cpu_op("gloo:all_reduce", 14, 18.5, tid=2),
+        cpu_op("c10d::allreduce_", 4.9, 5.0),  # a launch: not compute
+    ]
+    return {"traceEvents": events, "distributedInfo": {"rank": 0, "world_size": 2, "backend": "gloo"}}
+
+
+def gpu_event(name: str, cat: str, start_ms: float, end_ms: float, correlation: int, tid: int = 7) -> dict:
+    """A GPU kernel (cat kernel, stream tid 7) or its CUDA runtime launch (cat cuda_runtime, tid 1)."""
+    return {**cpu_op(name, start_ms, end_ms, tid=tid), "cat": cat, "args": {"correlation": correlation}}
+
+
+def handmade_gpu_trace() -> dict:
+    """One step of one NCCL rank on a GPU, figures known from the drawing (ms).
+
+    CPU: ProfilerStep#1 0-5, the nccl:all_reduce call 2-3 inside it.
+    GPU: compute kernel 4-6 (launched at 1), NCCL kernel 5-8 (launched at 2.5 from
+    within the nccl:all_reduce call), copy 8.5-9 (launched at 4).
+    The step ends when its last GPU work does (9): 9 ms; compute 2; communication 3,
+    1 of it under compute, so 2 exposed; nothing runs 0-4 and 8-8.5, and the copy is
+    neither: other 9 - 2 - 2 = 5. Two kernels were launched.
+    """
+    events = [
+        {**cpu_op("ProfilerStep#1", 0, 5), "cat": "user_annotation"},
+        {**cpu_op("nccl:all_reduce", 2, 3), "cat": "user_annotation"},
+        gpu_event("cudaLaunchKernel", "cuda_runtime", 1, 1.1, 1, tid=1),
+        gpu_event("cudaLaunchKernel", "cuda_runtime", 2.5, 2.6, 2, tid=1),
+        gpu_event("cudaMemcpyAsync", "cuda_runtime", 4, 4.1, 3, tid=1),
+        gpu_event("void gemm_kernel<float>", "kernel", 4, 6, 1),
+        gpu_event("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "kernel", 5, 8, 2),
+        gpu_event("Memcpy DtoH (Device -> Pinned)", "gpu_memcpy", 8.5, 9, 3),
+    ]
+    return {"traceEvents": events, "distributedInfo": {"rank": 0, "world_size": 1, "backend": "nccl"}}
+
+
+def test_a_handmade_gpu_trace_breaks_down_as_drawn() -> None:
+    trace = parse_trace(json.dumps(handmade_gpu_trace()), "trace-rank0.json")
+    assert (trace.has_gpu, trace.variant, trace.host) == (True, "", "")
+    [window] = step_windows(trace)
+    assert (window.number, window.start, window.end) == (1, 0.0, 9000.0)
+    result = analyse_rank(trace)
+    [step] = result.steps
+    figures = (step.step_ms, step.compute_ms, step.comm_ms, step.exposed_comm_ms, step.other_ms)
+    assert figures == pytest.approx((9.0, 2.0, 3.0, 2.0, 5.0))
+    rank = result.as_json()
+    assert (rank["overlap_pct"], rank["kernels_per_step"], rank["graph_launches_per_step"]) == (33.3, 2.0, 0.0)
+    # one call per step, its time the NCCL kernel's 3 ms, not launched from a backward pass
+    assert [(c["op"], c["count"], c["ms"], c["ddp_bucket"]) for c in rank["collectives"]] == [
+        ("all_reduce", 1.0, 3.0, False)]
+
+
+def test_a_handmade_trace_breaks_down_as_drawn() -> None:
+    trace = parse_trace(json.dumps(handmade_trace()), "as-is.trace-rank0@vm.json")
+    result = analyse_rank(trace)
+    figures = [(s.number, s.step_ms, s.compute_ms, s.comm_ms, s.exposed_comm_ms, s.other_ms) for s in result.steps]
+    assert figures == [pytest.approx((1, 10.0, 5.0, 3.0, 2.0, 3.0)), pytest.approx((2, 9.0, 4.0, 4.5, 4.0, 1.0))]
+    assert [(kind, round(a, 6), round(b, 6)) for kind, a, b in result.steps[1].segments] == [
+        ("compute", 0.0, 2.0), ("exposed_comm", 3.0, 7.0), ("compute", 7.0, 9.0)]
+    rank = result.as_json()
+    assert rank["step_ms"] == {"median": 9.5, "p90": 10.0, "mean": 9.5}
+    assert (rank["compute_ms"], rank["comm_ms"], rank["exposed_comm_ms"], rank["other_ms"]) == (4.5, 3.75, 3.0, 2.0)
+    assert rank["overlap_pct"] == 20.0  # 0.75 of 3.75 ms under compute
+    assert overall_overlap_pct(trace) == pytest.approx(100 * 1.5 / 7.5)
 
 
 def test_gloo_all_reduces_are_ddps_buckets(gloo_doc: dict) -> None:

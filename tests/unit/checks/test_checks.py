@@ -347,6 +347,38 @@ def test_link_rate() -> None:
     assert finding(load("ib-slow"), lower, "rdma.link_rate").status == "pass"
 
 
+def with_rate(facts: dict[str, Any], hca: str, rate: str | None) -> dict[str, Any]:
+    """A copy of `facts` where port 1 of `hca` reads `rate` (None: sysfs answered EINVAL)."""
+    result = copy.deepcopy(facts)
+    result["rdma"]["hcas"][hca]["ports"]["1"]["rate"] = rate
+    return result
+
+
+def test_an_unreadable_rate_is_not_taken_for_a_fast_one() -> None:
+    """rate_show answers EINVAL for a width it cannot name; the probe records None."""
+    facts = with_rate(load("ib-ok"), "mlx5_4", None)
+    f = finding(facts, IB_PROFILE, "rdma.link_rate")
+    assert (f.status, f.message) == ("fail", "mlx5_4 port 1 runs at an unreadable rate, below expect.ib_rate_gbps 400")
+    assert "`mlxlink -d mlx5_4 -p 1`" in f.fix
+    unlisted = finding(facts, with_settings(IB_PROFILE, network={"ib_hca": None}), "rdma.link_rate")
+    assert (unlisted.status, unlisted.message.split(",")[0]) == ("warn", "mlx5_4 port 1 runs at an unreadable rate")
+
+
+@pytest.mark.parametrize(("rate", "minimum", "status"), [
+    ("2.5 Gb/sec (1X SDR)", 2.5, "pass"),     # the kernel's text for an unknown speed
+    ("2.5 Gb/sec (1X SDR)", 10, "fail"),
+    ("56 Gb/sec (4X FDR)", 56, "pass"),
+    ("56 Gb/sec (4X FDR)", 100, "fail"),
+    ("100 Gb/sec (4X EDR)", 200, "fail"),
+    ("400 Gb/sec (4X NDR)", 400, "pass"),
+    ("800 Gb/sec (4X XDR)", 400, "pass"),
+])
+def test_link_rate_compares_the_kernel_rate_text(rate: str, minimum: float, status: str) -> None:
+    facts = with_rate(load("ib-ok"), "mlx5_2", rate)
+    profile = with_settings(IB_PROFILE, expect={"ib_rate_gbps": minimum})
+    assert finding(facts, profile, "rdma.link_rate").status == status
+
+
 def test_link_rate_leaves_down_ports_to_port_state() -> None:
     assert finding(load("ib-portdown"), IB_PROFILE, "rdma.link_rate").message == "7 ports at >= 400 Gb/sec"
 
@@ -494,3 +526,91 @@ def test_real_h200_machine_facts() -> None:
         "torch 2.11.0+cu130 (CUDA 13.0, NCCL 2.28.9) sees 1 GPU")
     no_ib = finding(facts, profile, "rdma.hca_present")
     assert (no_ib.status, no_ib.message) == ("fail", "no RDMA device under /sys/class/infiniband")
+
+
+# ---------------------------------------------------------------- whole findings, written out
+# (survivors of scripts/mutation: docs/mutation.md)
+
+
+def test_two_slow_ports_whole_finding() -> None:
+    facts = with_rate(with_rate(load("ib-ok"), "mlx5_1", "200 Gb/sec (4X HDR)"), "mlx5_6", None)
+    f = finding(facts, IB_PROFILE, "rdma.link_rate")
+    assert f.status == "fail"
+    assert f.message == ("mlx5_1 port 1 runs at 200 Gb/sec (4X HDR), below expect.ib_rate_gbps 400; "
+                         "mlx5_6 port 1 runs at an unreadable rate, below expect.ib_rate_gbps 400")
+    assert f.fix == (
+        "a link that trained to a lower speed or width points to the cable, transceiver or switch port: "
+        "`mlxlink -d mlx5_1 -p 1`, `mlxlink -d mlx5_6 -p 1`; reseat or replace the cable; or drop mlx5_1:1, "
+        "mlx5_6:1 from network.ib_hca, leaving network.ib_hca: [mlx5_0:1, mlx5_2:1, mlx5_3:1, mlx5_4:1, mlx5_5:1, "
+        'mlx5_7:1] (the job then gets NCCL_IB_HCA="=mlx5_0:1,mlx5_2:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_7:1")')
+    low = with_settings(IB_PROFILE, expect={"ib_rate_gbps": 1})  # unreadable is below any minimum
+    assert finding(with_rate(load("ib-ok"), "mlx5_1", None), low, "rdma.link_rate").status == "fail"
+
+
+def test_missing_listed_hcas_whole_finding() -> None:
+    present = "mlx5_0, mlx5_1, mlx5_2, mlx5_4, mlx5_5, mlx5_6, mlx5_7"
+    use = ("network.ib_hca: [mlx5_0:1, mlx5_1:1, mlx5_2:1, mlx5_4:1, mlx5_5:1, mlx5_6:1, mlx5_7:1] (the job then "
+           'gets NCCL_IB_HCA="=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1")')
+    fix = f"check the card and its driver (`lspci | grep -i mellanox`, `dmesg | grep mlx5`); or use what is present: {use}"
+    one = finding(load("ib-nohca"), IB_PROFILE, "rdma.hca_present")
+    assert (one.status, one.message, one.fix) == (
+        "fail", f"mlx5_3 of network.ib_hca is missing (present: {present})", fix)
+    # only missing HCAs listed: what works is taken from every HCA present
+    two = finding(load("ib-nohca"), with_settings(IB_PROFILE, network={"ib_hca": ["mlx5_3", "mlx5_9"]}),
+                  "rdma.hca_present")
+    assert (two.message, two.fix) == (f"mlx5_3, mlx5_9 of network.ib_hca are missing (present: {present})", fix)
+    none_up = copy.deepcopy(load("ib-nohca"))
+    for hca in none_up["rdma"]["hcas"].values():
+        hca["ports"]["1"]["state"] = "1: DOWN"
+    down = finding(none_up, IB_PROFILE, "rdma.hca_present")
+    assert down.fix == "check the card and its driver (`lspci | grep -i mellanox`, `dmesg | grep mlx5`)"
+
+
+def without_counters(facts: dict[str, Any]) -> dict[str, Any]:
+    """As an older kernel shows the ports: no counters/ folder."""
+    result = copy.deepcopy(facts)
+    for hca in result["rdma"]["hcas"].values():
+        hca["ports"]["1"]["counters"] = {}
+    return result
+
+
+def test_port_errors_with_no_counters_at_the_threshold_and_unlisted() -> None:
+    none = finding(without_counters(load("ib-ok")), IB_PROFILE, "rdma.port_errors")
+    assert (none.status, none.message) == ("pass", "the kernel exposes no error counters for these ports")
+    flap = load("ib-flap")  # mlx5_1: link_downed 37, link_error_recovery 112, symbol_error 4021
+    at_limit = with_settings(IB_PROFILE, expect={"ib_error_thresholds": {
+        "link_downed": 37, "link_error_recovery": 112, "symbol_error": 4021, "port_rcv_errors": None}})
+    assert finding(flap, at_limit, "rdma.port_errors").status == "pass"  # equal is not over
+    unlisted = finding(flap, with_settings(IB_PROFILE, network={"ib_hca": None}), "rdma.port_errors")
+    assert (unlisted.status, unlisted.message) == (
+        "warn", "mlx5_1 port 1: symbol_error 4021 (> 100), link_error_recovery 112 (> 10), link_downed 37 (> 5)")
+    assert unlisted.fix.startswith("confirm on the node with `perfquery -x` (the port's LID) or "
+                                   "`mlxlink -d mlx5_1 -p 1 -c`")
+
+
+def test_ib_hca_as_nccls_string_and_bare_hca_names() -> None:
+    as_string = with_settings(IB_PROFILE, network={"ib_hca": "=mlx5_0:1,mlx5_1"})
+    assert finding(load("ib-ok"), as_string, "rdma.port_state").message == (
+        "2 ports ACTIVE / LinkUp: mlx5_0:1, mlx5_1:1")
+    bare = with_settings(IB_PROFILE, network={"ib_hca": ["mlx5_0", "mlx5_1"]})
+    assert finding(load("ib-ok"), bare, "rdma.port_state").message == "2 ports ACTIVE / LinkUp: mlx5_0:1, mlx5_1:1"
+
+
+def test_gid_addresses_at_their_edges() -> None:
+    assert gid_address("fe80:0000:0000:0000:0000:ffff:0a00:0001")[0] == "link-local"  # not IPv4-mapped
+    assert gid_address("fe81:0000:0000:0000:0000:0000:0000:0001")[0] == "link-local"  # fe80::/10
+    assert gid_address("fe80:0000")[0] == "bad"
+
+
+def test_peermem_that_cannot_be_read_is_named() -> None:
+    facts = copy.deepcopy(load("ib-ok"))
+    facts["peermem"] = {"status": "error", "error": "/proc/modules: Permission denied"}
+    f = finding(facts, IB_PROFILE, "rdma.peermem")
+    assert (f.id, f.status) == ("rdma.peermem", "fail")
+    assert f.message.startswith("cannot tell whether nvidia_peermem is loaded: ")
+
+
+def test_wrong_link_layer_for_roce_whole_finding() -> None:
+    f = finding(load("ib-ok"), with_settings(IB_PROFILE, network={"fabric": "roce", "ib_hca": None}), "rdma.link_layer")
+    assert f.status == "fail"
+    assert f.fix == "set network.fabric: infiniband if that is this cluster's fabric"

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from cluster_kit.checks.system import check_memlock
 from cluster_kit.node import probe
 
 REPO = Path(__file__).resolve().parents[3]
@@ -116,7 +117,7 @@ class Port:
 
     state: str = "4: ACTIVE"
     phys_state: str = "5: LinkUp"
-    rate: str = IB_NDR
+    rate: str | None = IB_NDR  # None: unreadable (EINVAL)
     link_layer: str = "InfiniBand"
     gids: list[Gid] = field(default_factory=list)
     table_size: int = 4
@@ -357,13 +358,16 @@ def device_dir(root: Path, pci: str | None, upstream: tuple[str, ...] = ("0000:0
 
 
 def build_port(port_dir: Path, port: Port) -> None:
-    """Port attributes and the GID table; unpopulated types/ndevs are unreadable.
+    """Port attributes and the GID table; unpopulated types/ndevs (and None attributes) are unreadable.
 
     The kernel answers EINVAL when reading the type or netdev of an empty GID
     entry; a directory in its place makes the read fail the same way (OSError).
     """
     for name in ("state", "phys_state", "rate", "link_layer"):
-        write(port_dir / name, getattr(port, name))
+        if getattr(port, name) is None:
+            (port_dir / name).mkdir(parents=True)
+        else:
+            write(port_dir / name, getattr(port, name))
     write(port_dir / "lid", "0x1a" if port.link_layer == "InfiniBand" else "0x0")
     for name, count in (port.counters or {}).items():
         write(port_dir / "counters" / name, count)
@@ -636,6 +640,16 @@ def test_pci_path_is_empty_when_the_device_link_resolves_nowhere(tmp_path: Path)
     assert probe.read_pci_device(str(tmp_path / "device"))["current_link_width"] is None
 
 
+def test_a_rate_the_kernel_cannot_name_is_unreadable_not_zero(tmp_path: Path) -> None:
+    """The kernel's rate_show answers EINVAL when it cannot name the port's width
+    (a link still training): the fact is None, which rdma.link_rate must not pass."""
+    build_node(tmp_path, ib_with(4, rate=None))
+    facts = run_probe(tmp_path, memlock_kib=64)
+    port = facts["rdma"]["hcas"]["mlx5_4"]["ports"]["1"]
+    assert (port["state"], port["rate"]) == ("4: ACTIVE", None)
+    assert facts["rdma"]["hcas"]["mlx5_5"]["ports"]["1"]["rate"] == IB_NDR
+
+
 def test_missing_hca_is_simply_absent_from_the_list(tmp_path: Path) -> None:
     hcas = probe_scenario(tmp_path, "ib-nohca")["rdma"]["hcas"]
     assert "mlx5_3" not in hcas and len(hcas) == 7
@@ -748,10 +762,19 @@ def test_memlock_is_reported_in_kib_as_ulimit_shows_it(tmp_path: Path) -> None:
     assert facts["memlock"] == {"status": "ok", "soft_kib": "64", "hard_kib": "64"}
 
 
-@pytest.mark.skipif(resource.getrlimit(resource.RLIMIT_MEMLOCK)[0] != resource.RLIM_INFINITY,
-                    reason="this machine's own RLIMIT_MEMLOCK is not unlimited")
-def test_unlimited_memlock(tmp_path: Path) -> None:
-    assert probe_scenario(tmp_path, "ib-ok")["memlock"]["soft_kib"] == "unlimited"
+def test_memlock_is_this_machines_own_limit_as_ulimit_shows_it(tmp_path: Path) -> None:
+    """Whatever the limit here is (unlimited on an RDMA node, often 8 MiB elsewhere):
+    the probe reports what the shell's `ulimit -l` says, and sys.memlock judges it."""
+    shell = subprocess.run(["sh", "-c", "ulimit -S -l; ulimit -H -l"], capture_output=True, text=True,
+                           check=True).stdout.split()
+    facts = probe_scenario(tmp_path, "ib-ok")
+    assert facts["memlock"] == {"status": "ok", "soft_kib": shell[0], "hard_kib": shell[1]}
+    unlimited = check_memlock(facts, "unlimited")
+    assert unlimited.status == ("pass" if shell[0] == "unlimited" else "fail"), unlimited
+    assert check_memlock(facts, shell[0]).status == "pass"
+    if shell[0] != "unlimited":
+        assert check_memlock(facts, str(int(shell[0]) + 1)).status == "fail"
+        assert unlimited.message.startswith(f"RLIMIT_MEMLOCK is {shell[0]} KiB")
 
 
 def test_iommu_os_and_net_facts(tmp_path: Path) -> None:

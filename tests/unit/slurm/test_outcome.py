@@ -155,3 +155,39 @@ def test_a_node_failure_names_the_node_and_blames_no_rank() -> None:
     requeued = jobs.job_status(Replay.of("squeue_requeued_node_failure",
                                          "scontrol_show_job_requeued_node_failure"), "315")
     assert (requeued.state, requeued.reason, requeued.finished) == ("PENDING", "BeginTime", False)
+
+
+def test_srun_task_ranges_are_read_and_written_back_as_srun_writes_them() -> None:
+    log = ("srun: error: n2: tasks 4-6,9: Exited with exit code 2\n"
+           "srun: error: n1: tasks 0-1,3: Terminated\n"
+           "slurmstepd: error: Detected 1 oom_kill event in StepId=8.0. Some of the step tasks have been OOM Killed.\n"
+           "slurmstepd: error: Detected 2 oom_kill events in StepId=8.1. Some of the step tasks have been OOM Killed.\n")
+    verdict = outcome.parse_job_output(log)
+    assert [f.tasks for f in verdict.failures] == [(4, 5, 6, 9), (0, 1, 3)]
+    first = verdict.first_failure
+    assert first is not None
+    assert first.describe() == "ranks 4-6,9 on n2 exited with exit code 2"
+    assert first.describe(ranks=False) == "tasks 4-6,9 on n2 exited with exit code 2"
+    assert verdict.failures[1].describe() == "ranks 0-1,3 on n1 died: Terminated"
+    two = outcome.parse_job_output(text("output_rank_raised.out")).failures[2]
+    assert two.describe(ranks=False) == "tasks 0-1 on n1 died: Terminated"
+    assert verdict.oom_kills == 3  # one line per step, added up
+    assert outcome.explain("8", "OUT_OF_MEMORY", None, verdict) == (
+        "job 8 ended: OUT_OF_MEMORY (ran out of memory); first failure: ranks 4-6,9 on n2 exited with "
+        "exit code 2; 3 task(s) killed for using too much memory")
+
+
+def test_states_as_sacct_and_squeue_write_them() -> None:
+    assert outcome.base_state("CANCELLED by 0") == "CANCELLED"
+    assert outcome.base_state("CANCELLED+") == "CANCELLED"  # sacct's mark of a cut column
+    assert outcome.base_state("") == ""
+    assert outcome.explain("9", "", 0, None) == "job 9 finished with exit code 0: UNKNOWN"
+    two_nodes = outcome.parse_job_output("srun: error: Node failure on n2\nsrun: error: Node failure on n3\n")
+    assert outcome.explain("9", "completed", 0, two_nodes) == (
+        "job 9 finished with exit code 0: COMPLETED; failed node(s): n2, n3")
+
+
+def test_a_completed_job_names_no_first_failure_even_if_a_task_failed() -> None:
+    verdict = outcome.parse_job_output("srun: error: n1: task 1: Exited with exit code 2\n")
+    assert outcome.explain("9", "COMPLETED", 0, verdict) == "job 9 finished with exit code 0: COMPLETED"
+    assert outcome.explain("9", "FAILED", 2, verdict).endswith("; first failure: rank 1 on n1 exited with exit code 2")

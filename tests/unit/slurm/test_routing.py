@@ -238,3 +238,45 @@ def test_a_node_outside_the_profile_is_to_be_added_not_waited_for() -> None:
     assert candidates.unchecked == {"n2": routing.UNCHECKED_POOL}
     assert routing.refusal_fix(got, candidates) == (
         "add n2 to the profile's nodes, ask for at most 1 node(s), or submit with --no-preflight")
+
+
+# ---------------------------------------------------------------- survivors of scripts/mutation
+
+
+def test_without_sinfo_every_pool_node_is_a_candidate() -> None:
+    got = routing.candidate_nodes(["n1", "n2"], None, exclude=["n2"])
+    assert (got.nodes, got.left_out, got.unchecked) == (["n1"], {"n2": "in slurm.exclude"}, {})
+
+
+def test_failing_nodes_of_entries_without_checks_and_of_an_empty_report() -> None:
+    assert routing.failing_nodes({}) == {}
+    assert routing.failing_nodes({"nodes": [{"node": "n3", "status": "unreachable"},
+                                            {"node": "n1", "status": "pass"}]}) == {"n3": ["unreachable"]}
+
+
+def test_descriptions_list_every_node_and_check() -> None:
+    assert routing.describe({"n2": ["rdma.port_state", "gpu.count"], "n7": ["ssh.reachable"]}) == (
+        "n2 (rdma.port_state, gpu.count), n7 (ssh.reachable)")
+    rows = slurm.parse_sinfo_nodes(out("sinfo_nodes_drained"))
+    candidates = routing.candidate_nodes(["n1"], rows + [slurm.NodeRow("n3", "down*", "Not responding")])
+    assert routing.describe_unchecked(candidates) == "n[2-3] (in the partition, not in the profile's nodes)"
+    both = routing.candidate_nodes(["n1", "n2"], rows + [slurm.NodeRow("n3", "idle", "")])
+    assert routing.describe_unchecked(both) == (
+        "n2 (Slurm state drained (clusterkit: gpu.driver 535.104.05 differs from 550.54.15)), "
+        "n3 (in the partition, not in the profile's nodes)")
+
+
+def test_the_fix_when_nodes_are_unchecked_failing_or_none_is_healthy() -> None:
+    rows = slurm.parse_sinfo_nodes(out("sinfo_nodes_drained"))
+    outside = routing.candidate_nodes(["n1"], rows)
+    route = routing.plan_route(outside, report(), 2)
+    assert routing.refusal_fix(route, outside) == (
+        "add n2 to the profile's nodes, ask for at most 1 node(s), or submit with --no-preflight")
+    drained = routing.candidate_nodes(["n1", "n2"], rows + [slurm.NodeRow("n3", "idle", "")])
+    route = routing.plan_route(drained, report(), 2)
+    assert routing.refusal_fix(route, drained) == (
+        "wait until Slurm can use n2 again (sinfo -n n2) and submit again, add n3 to the profile's nodes, "
+        "ask for at most 1 node(s), or submit with --no-preflight")
+    failing_too = routing.plan_route(outside, report(node("n1", "fail", ("gpu.count", "fail"))), 1)
+    assert routing.refusal_fix(failing_too, outside) == (
+        "fix the failing nodes (clusterkit preflight --nodes n[1-2]), or submit with --no-preflight")

@@ -178,6 +178,25 @@ def test_parse_sacct_cancelled_by_user() -> None:
     assert rows[1].exit_code == ExitCode(0, 15)
 
 
+def test_a_requeued_job_is_its_last_run() -> None:
+    """Job 2 was requeued while running (`scontrol requeue`), then ran again to the end.
+
+    `--duplicates` lists every run, oldest first: the first is REQUEUED (its batch
+    step CANCELLED by the requeue), the last COMPLETED. Plain sacct (build_sacct)
+    shows only the last run.
+    """
+    rows = slurm.parse_sacct(out("sacct_requeued_duplicates"))
+    assert isinstance(rows, list)
+    assert [(r.job_id, r.state) for r in rows if not r.is_step] == [("2", "REQUEUED"), ("2", "COMPLETED")]
+    job = slurm.sacct_job_row(rows, "2")
+    assert job is not None
+    assert (job.state, job.exit_code, job.elapsed, job.nodes) == ("COMPLETED", ExitCode(0, 0), "00:00:04", "a[1-2]")
+    plain = slurm.parse_sacct(out("sacct_requeued"))
+    assert isinstance(plain, list) and CASES["sacct_requeued"]["argv"] == slurm.build_sacct("2")
+    assert slurm.sacct_job_row(plain, "2") == job
+    assert slurm.sacct_job_row(plain, "3") is None
+
+
 def test_parse_sacct_running() -> None:
     rows = slurm.parse_sacct(out("sacct_running"))
     assert isinstance(rows, list)
@@ -470,3 +489,81 @@ def test_the_drain_permission_fix_is_only_for_node_updates() -> None:
     assert slurm.fix_for(message, ["scontrol", "update", "NodeName=gpu1", "State=DRAIN"]) == slurm.NODE_UPDATE_FIX
     assert slurm.fix_for(message, ["scancel", "--verbose", "123"]) is None
     assert slurm.fix_for("Invalid partition name", ["scontrol", "update"]) == "check slurm.partition against `sinfo -s`"
+
+
+# ---------------------------------------------------------------- what each refusal says
+# (survivors of scripts/mutation: docs/mutation.md)
+
+
+def test_each_refused_value_is_named_in_its_message() -> None:
+    refusals = [
+        (lambda: slurm.check_job_id("12; rm"), "not a Slurm job id: '12; rm'"),
+        (lambda: slurm.build_sinfo_nodes("gpu$(reboot)"),
+         "partition 'gpu$(reboot)' has characters Slurm does not take there"),
+        (lambda: slurm.build_scontrol_update_nodes("n 1", "DRAIN", "x"),
+         "node list 'n 1' has characters Slurm does not take there"),
+        (lambda: slurm.build_scontrol_update_nodes("n1", "IDLE"),
+         "node state 'IDLE': use one of DRAIN, RESUME, DOWN, UNDRAIN"),
+        (lambda: slurm.build_scontrol_update_nodes("n1", "DOWN"), "State=DOWN needs a reason"),
+        (lambda: slurm.build_scontrol_update_nodes("n1", "DRAIN", "bad\rDIMM"),
+         "node reason 'bad\\rDIMM' contains a newline"),
+        (lambda: slurm.build_scancel("12", "usr1"), "not a signal name: 'usr1'"),
+        (lambda: slurm.parse_exit_code("3"), "not a Slurm exit code (EXIT:SIGNAL): '3'"),
+        (lambda: slurm.parse_sbatch_test_only("sbatch: error: nothing else\n"),
+         "sbatch --test-only printed no start estimate: 'sbatch: error: nothing else\\n'"),
+        (lambda: slurm.parse_sacct("29|FAILED\n"), "unexpected sacct line: '29|FAILED'"),
+        (lambda: slurm.parse_squeue("29|RUNNING\n"), "unexpected squeue line: '29|RUNNING'"),
+        (lambda: slurm.parse_sinfo_nodes("n1\n"), "unexpected sinfo line: 'n1'"),
+        (lambda: slurm.build_sbatch_options({"time": "1\r"}),
+         "sbatch option --time: the value '1\\r' contains a newline"),
+    ]
+    for call, message in refusals:
+        with pytest.raises(ValueError) as raised:
+            call()
+        assert message in str(raised.value), (message, str(raised.value))
+
+
+def test_names_with_capitals_and_leading_dashes_are_taken() -> None:
+    assert slurm.build_sinfo_nodes("A100-Gpu")[-1] == "--partition=A100-Gpu"
+    assert slurm.build_sbatch_options({"--job_name": "x", "exclusive": False, "wait": None,
+                                       "requeue": True, "time": "10"}) == [
+        "--job-name=x", "--requeue", "--time=10"]
+
+
+def test_slurm_error_message_joins_lines_and_says_when_there_is_none() -> None:
+    assert slurm.slurm_error_message("sbatch: error: one\nsbatch: error: two\n") == "one; two"
+    assert slurm.slurm_error_message("", "scontrol: error: on stdout\n") == "on stdout"
+    assert slurm.slurm_error_message("\n") == "no message"
+
+
+def test_the_node_update_fix_needs_the_denial_and_scontrol_update() -> None:
+    update = ["scontrol", "update", "NodeName=n1"]
+    assert slurm.fix_for("scontrol: error: Invalid user id", update) == slurm.NODE_UPDATE_FIX
+    assert slurm.fix_for("scontrol: error: Unexpected message received", update) is None
+    assert slurm.fix_for("Invalid user id", ["scontrol", "show"]) is None
+
+
+def test_never_start_fixes_by_reason() -> None:
+    assert slurm.never_start_fix("InvalidQOS", 2, 3) == slurm.NEVER_START_FIXES["InvalidQOS"]
+    assert slurm.never_start_fix("Resources", 2, 3) is None
+    assert slurm.never_start_fix("PartitionNodeLimit", 4, 3) == (
+        "ask for at most 3 node(s) (nodes: in the job file), or use a larger partition (sinfo -s)")
+    assert slurm.never_start_fix("PartitionNodeLimit", 3, 3) is None
+
+
+def test_unknown_job_on_any_line_of_scontrols_answer() -> None:
+    assert slurm.is_unknown_job("slurm_load_jobs error: something\nJob 12_5 not found\n")
+    assert not slurm.is_unknown_job("Job 12_5 not found yet\n")
+
+
+def test_a_whole_line_value_keeps_its_own_equals_signs() -> None:
+    [record] = slurm.parse_scontrol_show_job("JobId=5 JobName=x\n   Comment=a=b c=d\n")
+    assert (record["JobId"], record["Comment"]) == ("5", "a=b c=d")
+
+
+def test_values_with_capital_x_and_names_with_capitals_are_judged_as_written() -> None:
+    assert slurm.build_sbatch_options({"constraint": "XEON&X86"}) == ["--constraint=XEON&X86"]
+    assert slurm.build_scontrol_update_nodes("n1", "DRAIN", "XID 79")[-1] == "Reason=XID 79"
+    with pytest.raises(ValueError, match="not an sbatch long option name: 'Xtime'"):
+        slurm.build_sbatch_options({"Xtime": "10"})
+    assert slurm.slurm_error_message("") == "no message"

@@ -10,10 +10,16 @@ import pytest
 from cluster_kit.ssh.deadlines import Watchdog
 
 
+def callbacks_started_since(before: set[threading.Thread]) -> list[threading.Thread]:
+    """The watchdog's callback threads started after `before` was taken."""
+    return [t for t in threading.enumerate() if t.name == "clusterkit-deadline" and t not in before]
+
+
 def test_alarms_fire_in_deadline_order_and_cancelled_ones_never() -> None:
     watchdog = Watchdog()
     fired: list[str] = []
     done = threading.Event()
+    before = set(threading.enumerate())
     now = time.monotonic()
     watchdog.call_at(now + 0.3, lambda: (fired.append("late"), done.set()))
     cancelled = watchdog.call_at(now + 0.1, lambda: fired.append("cancelled"))
@@ -21,20 +27,23 @@ def test_alarms_fire_in_deadline_order_and_cancelled_ones_never() -> None:
     watchdog.call_at(now + 0.05, lambda: fired.append("first"))  # earlier than the one it waits for
     cancelled.cancel()
     assert done.wait(5)
-    time.sleep(0.05)
+    for thread in callbacks_started_since(before):  # every callback that did start has returned
+        thread.join(5)
     assert fired == ["first", "second", "late"]
 
 
 def test_a_blocking_callback_delays_no_other_deadline() -> None:
     watchdog = Watchdog()
-    release, second = threading.Event(), threading.Event()
+    blocking, release, second = threading.Event(), threading.Event(), threading.Event()
+    seen: list[bool] = []
     now = time.monotonic()
-    watchdog.call_at(now, lambda: release.wait(10))  # a close that hangs
-    watchdog.call_at(now + 0.05, second.set)
-    started = time.monotonic()
-    assert second.wait(5)
-    assert time.monotonic() - started < 2
-    release.set()
+    watchdog.call_at(now, lambda: (blocking.set(), release.wait(10)))  # a close that hangs
+    watchdog.call_at(now + 0.05, lambda: (seen.append(blocking.is_set() and not release.is_set()), second.set()))
+    try:
+        assert second.wait(5)
+        assert seen == [True]  # it fired while the first was still blocked
+    finally:
+        release.set()
 
 
 def test_many_cancelled_alarms_do_not_pile_up() -> None:
