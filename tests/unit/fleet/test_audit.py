@@ -117,6 +117,7 @@ def test_build_audit_flattens_probe_facts() -> None:
         # the sections this probe output lacks are named as missing
         "os.status": "missing", "xid.status": "missing", "nccl.status": "missing", "net.status": "missing",
         "memlock.status": "missing", "iommu.status": "missing", "torch.status": "missing",
+        "nvlink.status": "missing", "topo.status": "missing",
     }
 
 
