@@ -81,6 +81,9 @@ def find_slow_nodes(app: App, job_file: str, max_bytes: str | None, as_json: boo
     job = app.job(job_file, parse_sets(sets))
     expect = (job.profile.data.get("expect") or {}).get("allreduce_busbw_gbps")
     first_busbw, first_id, ran_on = run_sweep(app, job, max_bytes, None)
+    if first_busbw is None:
+        raise CheckFailed(f"the first all-reduce run (job {first_id}, all the job's nodes) failed: "
+                          "there is no speed to narrow down", fix=f"read its log: clusterkit logs {first_id}")
     nodes = expand(ran_on) if ran_on else []
     if len(nodes) < 2:
         raise CheckFailed(f"the first all-reduce run (job {first_id}) ran on {ran_on or 'no node'}: "
