@@ -88,3 +88,13 @@ def dotted(version: Any) -> tuple[int, ...]:
 def plural(count: int, word: str) -> str:
     """ "1 GPU", "8 GPUs"."""
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def thresholds(defaults: Mapping[str, int], overrides: Mapping[str, Any] | None) -> dict[str, int]:
+    """`defaults` with the profile's overrides of them (`expect.*_error_thresholds`);
+    names it does not know and nulls are left out."""
+    merged = dict(defaults)
+    for name, limit in (overrides or {}).items():
+        if name in merged and limit is not None:
+            merged[name] = int(limit)
+    return merged

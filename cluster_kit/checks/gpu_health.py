@@ -317,12 +317,21 @@ def check_xid(facts: Facts, gpus: list[Mapping[str, Any]], window_s: int, window
 GPU_EXPECTATIONS = ("gpus_per_node", "gpu_model", "min_driver", "xid_window")
 
 
+def expected_gpus(facts: Facts, profile: Profile) -> list[Mapping[str, Any]]:
+    """The GPUs nvidia-smi listed, when the profile expects GPUs ([] otherwise): the
+    GPU health checks run on these."""
+    expect = settings(profile, "expect")
+    if not any(expect.get(key) is not None for key in GPU_EXPECTATIONS):
+        return []
+    return gpu_list(facts)
+
+
 def check(facts: Facts, profile: Profile) -> list[Finding]:
     """The four health checks, when the profile expects GPUs and nvidia-smi listed some."""
-    expect = settings(profile, "expect")
-    gpus = gpu_list(facts)
-    if not gpus or not any(expect.get(key) is not None for key in GPU_EXPECTATIONS):
+    gpus = expected_gpus(facts, profile)
+    if not gpus:
         return []
+    expect = settings(profile, "expect")
     window = expect.get("xid_window")
     findings = [check_ecc(facts, gpus), check_pcie_link(facts, gpus), check_throttle(facts, gpus)]
     try:

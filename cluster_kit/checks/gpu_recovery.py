@@ -20,14 +20,12 @@ from cluster_kit.checks.findings import (
     failed,
     passed,
     plural,
-    settings,
     warned,
 )
 from cluster_kit.checks.gpu_health import (
     DRAIN,
-    GPU_EXPECTATIONS,
     NOT_REPORTED,
-    gpu_list,
+    expected_gpus,
     label,
     named_drain,
 )
@@ -84,8 +82,7 @@ def check_recovery_action(gpus: list[Mapping[str, Any]]) -> Finding:
 
 def check(facts: Facts, profile: Profile) -> list[Finding]:
     """gpu.recovery_action, when the profile expects GPUs and nvidia-smi listed some."""
-    expect = settings(profile, "expect")
-    gpus = gpu_list(facts)
-    if not gpus or not any(expect.get(key) is not None for key in GPU_EXPECTATIONS):
+    gpus = expected_gpus(facts, profile)
+    if not gpus:
         return []
     return [named_drain(check_recovery_action(gpus))]

@@ -28,12 +28,12 @@ from cluster_kit.checks.findings import (
     section,
     section_problem,
     settings,
+    thresholds,
     warned,
 )
 from cluster_kit.checks.gpu_health import (
     DRAIN,
-    GPU_EXPECTATIONS,
-    gpu_list,
+    expected_gpus,
     label,
     named_drain,
 )
@@ -50,14 +50,6 @@ ERRORS_FIX = ("an NVLink is failing: clear the counters (`nvidia-smi nvlink -re`
               "load (`nvidia-smi nvlink -e`), run `dcgmi diag -r 2`; if they grow, reset or reboot and have "
               f"the baseboard serviced; {DRAIN} meanwhile")
 
-
-def thresholds(expect: Mapping[str, Any]) -> dict[str, int]:
-    """The defaults with expect.nvlink_error_thresholds' overrides."""
-    merged = dict(DEFAULT_NVLINK_THRESHOLDS)
-    for name, limit in (expect.get("nvlink_error_thresholds") or {}).items():
-        if name in merged and limit is not None:
-            merged[name] = int(limit)
-    return merged
 
 
 def counter_group(kind: str) -> str | None:
@@ -122,7 +114,7 @@ def check_nvlink(facts: Facts, profile: Profile, gpus: list[Mapping[str, Any]]) 
     down = [(index, what) for index, what in down if what]
     if down:
         return failed("gpu.nvlink", "; ".join(f"{described(i, gpus)}: {what}" for i, what in down), INACTIVE_FIX)
-    limits = thresholds(settings(profile, "expect"))
+    limits = thresholds(DEFAULT_NVLINK_THRESHOLDS, settings(profile, "expect").get("nvlink_error_thresholds"))
     noisy = [(index, over_limits(gpu, limits)) for index, gpu in links.items()]
     noisy = [(index, over) for index, over in noisy if over]
     if noisy:
@@ -137,9 +129,8 @@ def check_nvlink(facts: Facts, profile: Profile, gpus: list[Mapping[str, Any]]) 
 
 def check(facts: Facts, profile: Profile) -> list[Finding]:
     """gpu.nvlink, when the profile expects GPUs and nvidia-smi listed some."""
-    expect = settings(profile, "expect")
-    gpus = gpu_list(facts)
-    if not gpus or not any(expect.get(key) is not None for key in GPU_EXPECTATIONS):
+    gpus = expected_gpus(facts, profile)
+    if not gpus:
         return []
     finding = check_nvlink(facts, profile, gpus)
     return [named_drain(finding)] if finding else []

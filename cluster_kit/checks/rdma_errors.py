@@ -14,7 +14,6 @@ that keeps retraining, or a cable whose bit errors reach the receive path.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from cluster_kit.checks.findings import (
     Facts,
@@ -24,6 +23,7 @@ from cluster_kit.checks.findings import (
     passed,
     plural,
     settings,
+    thresholds,
     warned,
 )
 from cluster_kit.checks.rdma import LINK_LAYER, PortRef, listed_hcas, select_ports
@@ -39,14 +39,6 @@ DEFAULT_THRESHOLDS: dict[str, int] = {
 }
 COUNTERS = tuple(DEFAULT_THRESHOLDS)
 
-
-def thresholds(expect: Mapping[str, Any]) -> dict[str, int]:
-    """The defaults with expect.ib_error_thresholds' overrides."""
-    merged = dict(DEFAULT_THRESHOLDS)
-    for name, limit in (expect.get("ib_error_thresholds") or {}).items():
-        if name in merged and limit is not None:
-            merged[name] = int(limit)
-    return merged
 
 
 def counter(ref: PortRef, name: str) -> int | None:
@@ -81,7 +73,7 @@ def check_port_errors(facts: Facts, profile: Profile) -> Finding | None:
     selection = select_ports(facts, settings(profile, "network"))
     if not selection.ports:
         return None
-    limits = thresholds(settings(profile, "expect"))
+    limits = thresholds(DEFAULT_THRESHOLDS, settings(profile, "expect").get("ib_error_thresholds"))
     bad = [(ref, over_limits(ref, limits)) for ref in selection.ports]
     bad = [(ref, over) for ref, over in bad if over]
     if bad:

@@ -91,9 +91,9 @@ def find_slow_nodes(app: App, job_file: str, max_bytes: str | None, as_json: boo
     job_ids: list[str] = []
 
     def measure(group: list[str]) -> float | None:
+        busbw: float | None = first_busbw
         if group == nodes and not job_ids:
             job_ids.append(first_id)
-            busbw = first_busbw
         else:
             busbw, job_id, _ = run_sweep(app, job, max_bytes, group)
             job_ids.append(job_id)

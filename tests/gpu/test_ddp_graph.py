@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,20 +29,6 @@ STEPS = 20
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def nccl_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    ddp.prepare_process_group_env(enabled=True)
-    torch.cuda.set_device(0)
-    store = tmp_path_factory.mktemp("pg") / "store"
-    dist.init_process_group(
-        "nccl",
-        init_method=f"file://{store}",
-        rank=0,
-        world_size=1,
-        device_id=torch.device("cuda", 0),
-    )
-    yield
-    dist.destroy_process_group()
 
 
 def make_net(seed: int = 0, width: int = 64) -> nn.Module:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -22,7 +22,6 @@ import pytest
 pytest.importorskip("torch")
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -42,20 +41,6 @@ Hook = Callable[[int, torch.optim.Optimizer], None]
 Record = tuple[torch.Tensor, torch.Tensor | None, float | None, list[torch.Tensor]]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def nccl_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    ddp.prepare_process_group_env(enabled=True)
-    torch.cuda.set_device(0)
-    store = tmp_path_factory.mktemp("pg") / "store"
-    dist.init_process_group(
-        "nccl",
-        init_method=f"file://{store}",
-        rank=0,
-        world_size=1,
-        device_id=torch.device("cuda", 0),
-    )
-    yield
-    dist.destroy_process_group()
 
 
 def make_net(dropout: float = 0.0) -> nn.Module:

@@ -7,12 +7,12 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from test_render import assert_shell_clean
 
 from cluster_kit.cli import cli
 from cluster_kit.errors import InputError
@@ -98,14 +98,7 @@ def test_the_header_maps_each_index_to_its_values(work: Path) -> None:
 
 
 def test_the_array_script_passes_bash_n_and_shellcheck(work: Path) -> None:
-    path = work / "array.sh"
-    path.write_text(array_script(work))
-    syntax = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True, check=False)
-    assert syntax.returncode == 0, syntax.stderr
-    if shutil.which("shellcheck") is None:
-        pytest.skip("shellcheck is not installed (CI installs it)")
-    lint = subprocess.run(["shellcheck", str(path)], capture_output=True, text=True, check=False)
-    assert lint.returncode == 0, lint.stdout
+    assert_shell_clean(array_script(work), work)
 
 
 def run_task(script: Path, bin_dir: Path, index: str) -> subprocess.CompletedProcess[str]:
