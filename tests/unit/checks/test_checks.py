@@ -614,3 +614,10 @@ def test_wrong_link_layer_for_roce_whole_finding() -> None:
     f = finding(load("ib-ok"), with_settings(IB_PROFILE, network={"fabric": "roce", "ib_hca": None}), "rdma.link_layer")
     assert f.status == "fail"
     assert f.fix == "set network.fabric: infiniband if that is this cluster's fabric"
+
+
+def test_missing_listed_hca_offers_the_working_listed_ports_only() -> None:
+    listed = with_settings(IB_PROFILE, network={"ib_hca": ["mlx5_0:1", "mlx5_1:1", "mlx5_3:1"]})
+    f = finding(load("ib-nohca"), listed, "rdma.hca_present")
+    assert f.fix.endswith('or use what is present: network.ib_hca: [mlx5_0:1, mlx5_1:1] '
+                          '(the job then gets NCCL_IB_HCA="=mlx5_0:1,mlx5_1:1")')

@@ -280,3 +280,12 @@ def test_the_fix_when_nodes_are_unchecked_failing_or_none_is_healthy() -> None:
     failing_too = routing.plan_route(outside, report(node("n1", "fail", ("gpu.count", "fail"))), 1)
     assert routing.refusal_fix(failing_too, outside) == (
         "fix the failing nodes (clusterkit preflight --nodes n[1-2]), or submit with --no-preflight")
+
+
+def test_the_fix_when_the_only_unchecked_node_is_drained() -> None:
+    rows = slurm.parse_sinfo_nodes(out("sinfo_nodes_drained"))
+    drained = routing.candidate_nodes(["n1", "n2"], rows)
+    route = routing.plan_route(drained, report(), 2)
+    assert routing.refusal_fix(route, drained) == (
+        "wait until Slurm can use n2 again (sinfo -n n2) and submit again, ask for at most 1 node(s), "
+        "or submit with --no-preflight")
