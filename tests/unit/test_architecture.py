@@ -310,3 +310,12 @@ def test_a_dunder_import_is_not_private() -> None:
 def test_an_import_cycle_is_reported(sources: dict[str, str], cycle: set[str]) -> None:
     found = [(module, ast.parse(source)) for module, source in sources.items()]
     assert import_cycles(import_graph(found)) == [frozenset(cycle)]
+
+
+def test_test_files_have_unique_basenames() -> None:
+    """pytest imports test modules by basename: two files of one name stop the whole run."""
+    tests = PACKAGE.parent / "tests"
+    seen: dict[str, list[str]] = {}
+    for path in sorted(tests.rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(tests)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
