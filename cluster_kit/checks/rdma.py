@@ -350,6 +350,13 @@ def check_peermem(facts: Facts) -> Finding:
 
 # ---------------------------------------------------------------- family
 
+def port_checks_run(network: Mapping[str, Any]) -> bool:
+    """Whether the RDMA port checks run: an RDMA fabric (infiniband, roce), or HCAs
+    listed in ib_hca on a fabric that is not plain ethernet."""
+    fabric = network.get("fabric")
+    return fabric != "ethernet" and bool(fabric in LINK_LAYER or listed_hcas(network))
+
+
 def check(facts: Facts, profile: Profile) -> list[Finding]:
     """The rdma.* checks the profile's network/expect settings ask for."""
     network, expect = settings(profile, "network"), settings(profile, "expect")

@@ -26,7 +26,11 @@ from cluster_kit.checks.findings import (
     thresholds,
     warned,
 )
-from cluster_kit.checks.rdma import LINK_LAYER, PortRef, listed_hcas, select_ports
+from cluster_kit.checks.rdma import (
+    PortRef,
+    port_checks_run,
+    select_ports,
+)
 
 DEFAULT_THRESHOLDS: dict[str, int] = {
     "symbol_error": 100,
@@ -91,9 +95,7 @@ def check_port_errors(facts: Facts, profile: Profile) -> Finding | None:
 
 def check(facts: Facts, profile: Profile) -> list[Finding]:
     """rdma.port_errors when the rdma port checks run (fabric infiniband/roce or ib_hca)."""
-    network = settings(profile, "network")
-    fabric = network.get("fabric")
-    if fabric == "ethernet" or not (fabric in LINK_LAYER or listed_hcas(network)):
+    if not port_checks_run(settings(profile, "network")):
         return []
     finding = check_port_errors(facts, profile)
     return [finding] if finding else []

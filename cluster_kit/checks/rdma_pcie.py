@@ -23,7 +23,7 @@ from cluster_kit.checks.findings import (
     settings,
     warned,
 )
-from cluster_kit.checks.rdma import LINK_LAYER, hca_facts, listed_hcas
+from cluster_kit.checks.rdma import hca_facts, listed_hcas, port_checks_run
 
 SPEED = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*GT/s")
 
@@ -98,9 +98,7 @@ def check_nic_pcie(facts: Facts, profile: Profile) -> Finding | None:
 
 def check(facts: Facts, profile: Profile) -> list[Finding]:
     """rdma.nic_pcie when the rdma port checks run (fabric infiniband/roce or ib_hca)."""
-    network = settings(profile, "network")
-    fabric = network.get("fabric")
-    if fabric == "ethernet" or not (fabric in LINK_LAYER or listed_hcas(network)):
+    if not port_checks_run(settings(profile, "network")):
         return []
     finding = check_nic_pcie(facts, profile)
     return [finding] if finding else []

@@ -29,7 +29,7 @@ from cluster_kit.checks.findings import (
     warned,
 )
 from cluster_kit.checks.gpu_health import gpu_list, label
-from cluster_kit.checks.rdma import LINK_LAYER, hca_facts, listed_hcas
+from cluster_kit.checks.rdma import LINK_LAYER, hca_facts, listed_hcas, port_checks_run
 
 SWITCH = "same PCIe switch"
 NUMA = "same NUMA node"
@@ -152,9 +152,7 @@ def check_gpu_nic(facts: Facts, profile: Profile) -> Finding | None:
 
 def check(facts: Facts, profile: Profile) -> list[Finding]:
     """topo.gpu_nic when the rdma port checks run (fabric infiniband/roce or ib_hca)."""
-    network = settings(profile, "network")
-    fabric = network.get("fabric")
-    if fabric == "ethernet" or not (fabric in LINK_LAYER or listed_hcas(network)):
+    if not port_checks_run(settings(profile, "network")):
         return []
     finding = check_gpu_nic(facts, profile)
     return [finding] if finding else []
