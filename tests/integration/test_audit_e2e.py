@@ -89,7 +89,11 @@ def expected_drift() -> list[dict[str, Any]]:
     three_with_mlx5_3 = "ib-nopeermem,ib-ok,ib-portdown"
     mlx5_3_up = "ib-nopeermem,ib-ok"
     missing = {"ib-nohca": "absent"}
+    # ib-nohca lacks mlx5_3, the HCA on GPUs 6/7's PCIe switch: their nearest is another one
+    nearest_elsewhere = {"ib-nohca": "mlx5_2 (same NUMA node)"}
     return [
+        drift_entry("gpu.6.nic", "mlx5_3 (same PCIe switch)", three_with_mlx5_3, nearest_elsewhere),
+        drift_entry("gpu.7.nic", "mlx5_3 (same PCIe switch)", three_with_mlx5_3, nearest_elsewhere),
         drift_entry("gpu.driver", DRIVER, "ib-nohca,ib-ok,ib-portdown", {"ib-nopeermem": OLD_DRIVER}),
         drift_entry("net.ib3.carrier", "1", mlx5_3_up, {"ib-nohca": "absent", "ib-portdown": "0"}),
         drift_entry("net.ib3.mtu", "4092", three_with_mlx5_3, missing),
@@ -109,6 +113,11 @@ def expected_drift() -> list[dict[str, Any]]:
         drift_entry("rdma.mlx5_3.board_id", "MT_0000000838", three_with_mlx5_3, missing),
         drift_entry("rdma.mlx5_3.fw_ver", FW, three_with_mlx5_3, missing),
         drift_entry("rdma.mlx5_3.hca_type", "MT4129", three_with_mlx5_3, missing),
+        drift_entry("rdma.mlx5_3.pci.current_link_speed", "32.0 GT/s PCIe", three_with_mlx5_3, missing),
+        drift_entry("rdma.mlx5_3.pci.current_link_width", "16", three_with_mlx5_3, missing),
+        drift_entry("rdma.mlx5_3.pci.max_link_speed", "32.0 GT/s PCIe", three_with_mlx5_3, missing),
+        drift_entry("rdma.mlx5_3.pci.max_link_width", "16", three_with_mlx5_3, missing),
+        drift_entry("rdma.mlx5_3.pci.numa_node", "1", three_with_mlx5_3, missing),
         drift_entry("rdma.peermem", "nvidia_peermem", "ib-nohca,ib-ok,ib-portdown", {"ib-nopeermem": "none"}),
     ]
 
@@ -169,12 +178,13 @@ def test_drift_names_exactly_the_differing_nodes_and_values(dev_cluster: Any, ib
     assert audit["unreachable"] == ["refuse"]
     assert audit["drift"] == expected_drift()
     status = {entry["node"]: entry["status"] for entry in audit["checks"]}
-    assert status == {"ib-nohca": "pass", "ib-nopeermem": "fail", "ib-ok": "pass", "ib-portdown": "pass",
+    # the profile lists two of the four rails: topo.gpu_nic warns on every node
+    assert status == {"ib-nohca": "warn", "ib-nopeermem": "fail", "ib-ok": "warn", "ib-portdown": "warn",
                       "refuse": "unreachable"}
     failing = {c["id"] for e in audit["checks"] if e["node"] == "ib-nopeermem"
                for c in e["checks"] if c["status"] == "fail"}
     assert failing == {"gpu.driver", "rdma.peermem"}
-    expected_counts = {"nodes": 5, "reachable": 4, "unreachable": 1, "fail": 1, "drifting_facts": 16,
+    expected_counts = {"nodes": 5, "reachable": 4, "unreachable": 1, "fail": 1, "drifting_facts": 23,
                        "drifting_nodes": 3, "changes": 0}
     assert {key: audit["summary"][key] for key in expected_counts} == expected_counts
     assert "changes" not in audit
@@ -192,7 +202,7 @@ def test_drift_names_exactly_the_differing_nodes_and_values(dev_cluster: Any, ib
     assert re.search(r"unreachable\s+refuse\s+ssh\.reachable\s+connection refused", checks)
     assert re.search(r"fail\s+ib-nopeermem\s+gpu\.driver\s+.*535\.104\.05", checks)
     assert re.search(r"fail\s+ib-nopeermem\s+rdma\.peermem\s", checks)
-    assert "profile audit-ib: 5 nodes, 4 reachable, 1 unreachable, 1 failing, 16 drifting facts" in table.stdout
+    assert "profile audit-ib: 5 nodes, 4 reachable, 1 unreachable, 1 failing, 23 drifting facts" in table.stdout
 
     markdown = clusterkit(dev_cluster, "audit", "--profile", str(ib_profile), "--nodes", nodes,
                           "--format", "markdown")
@@ -249,7 +259,8 @@ def test_unreachable_nodes_are_listed_and_the_report_covers_every_node(dev_clust
     assert audit["drift"] == []  # one reachable node cannot drift; unreachable ones add no "absent"
     entries = {e["node"]: e for e in audit["checks"]}
     assert set(entries) == {"ib-ok", "refuse", "silent"}
-    assert entries["ib-ok"]["status"] == "pass"
+    assert [(c["id"], c["status"]) for c in entries["ib-ok"]["checks"] if c["status"] != "pass"] == [
+        ("topo.gpu_nic", "warn")]  # the profile lists two of its four rails
     for node, words in (("refuse", "connection refused"), ("silent", "no answer within 3s")):
         assert entries[node]["status"] == "unreachable"
         assert [(c["id"], c["status"]) for c in entries[node]["checks"]] == [("ssh.reachable", "unreachable")]
