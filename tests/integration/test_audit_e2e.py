@@ -212,7 +212,8 @@ def test_drift_names_exactly_the_differing_nodes_and_values(dev_cluster: Any, ib
         [e["fact"], e["majority"], e["majority_nodes"], outlier_text(e["outliers"])] for e in expected_drift()]
     problems = {(row[0], row[1], row[2]) for row in markdown_rows(markdown.stdout, "## Checks")}
     assert problems == {("unreachable", "refuse", "ssh.reachable"), ("fail", "ib-nopeermem", "gpu.driver"),
-                        ("fail", "ib-nopeermem", "rdma.peermem")}
+                        ("fail", "ib-nopeermem", "rdma.peermem"), ("warn", "ib-nohca", "topo.gpu_nic"),
+                        ("warn", "ib-nopeermem,ib-ok,ib-portdown", "topo.gpu_nic")}
 
     page = tmp_path / "audit.html"
     written = clusterkit(dev_cluster, "audit", "--profile", str(ib_profile), "--nodes", nodes,
@@ -364,7 +365,7 @@ def slurm_profile(dev_cluster: Any, tmp_path: Path) -> dict[str, Any]:
         "nodes": "n[1-2]",
         "ssh": ssh_section(dev_cluster),
         "slurm": {"partition": "debug", "gpus_per_node": 4},
-        "network": {"fabric": "infiniband", "ib_hca": ["mlx5_0:1"]},
+        "network": {"fabric": "infiniband", "ib_hca": ["mlx5_0:1", "mlx5_1:1"]},
         "expect": {"gpus_per_node": 4, "ib_rate_gbps": 400, "peermem": True},
     }
 

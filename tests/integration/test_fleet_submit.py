@@ -53,7 +53,7 @@ def ib_profile(dev_cluster: Any, folder: Path, listed: bool = True, **extra: Any
     """The dev cluster's nodes over InfiniBand; `listed=False` leaves out the `nodes`
     hostlist, so the nodes come from sinfo and only Slurm knows how many there are."""
     profile = cpu_profile(dev_cluster, name="ck-fleet",
-                          network={"fabric": "infiniband", "ib_hca": ["mlx5_0:1"]}, **extra)
+                          network={"fabric": "infiniband", "ib_hca": ["mlx5_0:1", "mlx5_1:1"]}, **extra)
     if not listed:
         del profile["nodes"]
     return write_yaml(folder / "ck-fleet.yaml", profile)
