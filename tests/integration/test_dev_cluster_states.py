@@ -73,3 +73,21 @@ def test_up_after_daemons_died_and_a_node_froze(restored: DevCluster) -> None:
     assert sorted(done.stdout.split()) == ["n1", "n2", "n3"]
     assert restored.ssh(ssh_node, "hostname").stdout.strip() == ssh_node
 
+
+
+def test_up_from_another_checkout_restarts_the_sshds_it_reconfigures(restored: DevCluster) -> None:
+    ssh_node = next(name for name, kind in restored.kinds.items() if kind == "fake")
+    conf = (restored.state_dir / "sshd" / f"{ssh_node}.conf").read_text()
+    if "LD_LIBRARY_PATH=" not in conf:
+        pytest.skip("the fake nodes have no NCCL library to point elsewhere")
+    lib = conf.split("LD_LIBRARY_PATH=", 1)[1].split()[0]
+    elsewhere = restored.state_dir / "nccl-of-another-checkout"
+    elsewhere.mkdir(mode=0o755, exist_ok=True)
+    (elsewhere / "libnccl.so.2").unlink(missing_ok=True)
+    (elsewhere / "libnccl.so.2").symlink_to(f"{lib}/libnccl.so.2")
+    before = pid_of(restored, f"sshd-{ssh_node}")
+
+    up(restored, CLUSTERKIT_DEV_NCCL_LIB=str(elsewhere))
+    assert pid_of(restored, f"sshd-{ssh_node}") != before
+    seen = restored.ssh(ssh_node, "printenv LD_LIBRARY_PATH").stdout.strip()
+    assert seen == str(elsewhere)
