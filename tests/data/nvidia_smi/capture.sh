@@ -17,7 +17,12 @@ cap query-header.txt nvidia-smi --query-gpu=$base,$health,clocks_event_reasons.a
 cap remapped.txt nvidia-smi --query-remapped-rows=gpu_bus_id,gpu_uuid,remapped_rows.correctable,remapped_rows.uncorrectable,remapped_rows.pending,remapped_rows.failure --format=csv,noheader
 cap badfield.txt nvidia-smi --query-gpu=index,clocks_event_reasons.bogus --format=csv,noheader
 { cap x nvidia-smi --help-query-gpu; cat "$out/x"; cap x nvidia-smi --help-query-remapped-rows; cat "$out/x"; rm -f "$out/x"; } >"$out/help.txt"
-cap q.txt nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER,PERFORMANCE,PCIE,CLOCK,POWER,TEMPERATURE
+more=vbios_version,clocks.applications.graphics,clocks.applications.memory,gpu_recovery_action
+cap query-more.txt nvidia-smi --query-gpu=$base,$health,$more,clocks_event_reasons.active --format=csv,noheader
+cap q-full.txt nvidia-smi -q
+cap nvlink-s.txt nvidia-smi nvlink -s
+cap nvlink-e.txt nvidia-smi nvlink -e
+
 { cap x dmesg; tail -40 "$out/x"; cap x journalctl -k --no-pager -o short-unix -n 20; cat "$out/x"; cat /proc/uptime;
   ls -la /sys/class/infiniband 2>&1; for f in /sys/class/infiniband/*/ports/*/counters/*; do [ -r "$f" ] && echo "$f $(cat "$f")"; done;
   nvidia-smi; rm -f "$out/x"; } >"$out/kernel.txt" 2>&1

@@ -62,10 +62,11 @@ def with_gpu(name: str, index: int, **values: str) -> dict[str, Any]:
 def test_capture_asked_exactly_the_probes_queries() -> None:
     """If the probe's fields change, re-capture on a GPU machine (capture.sh).
 
-    The captures predate GPU_MORE_FIELDS: they are the narrower queries the probe
-    asks a driver that refuses one of those; the fields themselves are checked
-    against the real driver's --help-query-gpu below."""
-    _more_event, _more_throttle, event, throttle, _base = probe.health_queries()
+    query-more.txt is the probe's widest query (GPU_MORE_FIELDS and today's clock
+    reason names); query-event/-throttle are the narrower ones it asks a driver
+    that refuses one of those."""
+    more_event, _more_throttle, event, throttle, _base = probe.health_queries()
+    assert captured("query-more.txt")[0] == f"nvidia-smi --query-gpu={','.join(more_event)} --format=csv,noheader"
     assert captured("query-event.txt")[0] == f"nvidia-smi --query-gpu={','.join(event)} --format=csv,noheader"
     assert captured("query-throttle.txt")[0] == (
         f"nvidia-smi --query-gpu={','.join(throttle)} --format=csv,noheader")
@@ -84,6 +85,54 @@ def test_real_h200_widened_query_parses_under_both_clock_reason_names() -> None:
         assert gpu["retired_pages_pending"] == "[N/A]"      # Hopper remaps rows instead
         assert (gpu["pcie_link_width_current"], gpu["pcie_link_width_max"]) == ("16", "16")
         assert gpu["clocks_event_reasons_active"] == "0x0000000000000001"   # idle
+
+
+def nvidia_smi_q(text: str) -> dict[str, str]:
+    """`nvidia-smi -q` as {"Section/Key": value}: an independent reading of the same GPU."""
+    values: dict[str, str] = {}
+    path: list[tuple[int, str]] = []
+    for line in text.splitlines():
+        if not line.startswith("    ") or not line.strip():
+            continue
+        depth = len(line) - len(line.lstrip())
+        key, sep, value = line.strip().partition(" : ")
+        path = [(d, k) for d, k in path if d < depth]
+        if sep:
+            values["/".join([k for _, k in path] + [key.strip()])] = value.strip()
+        else:
+            path.append((depth, key.strip()))
+    return values
+
+
+def test_real_h200_widest_query_says_what_nvidia_smi_q_says() -> None:
+    """The probe's one query (GPU_MORE_FIELDS included) against `nvidia-smi -q` of the same H200."""
+    _, out, code = captured("query-more.txt")
+    [gpu] = probe.parse_gpu_csv(out, probe.health_queries()[0])
+    q = nvidia_smi_q(captured("q-full.txt")[1])
+    assert code == 0
+    assert gpu["uuid"] == q["GPU UUID"]
+    assert gpu["vbios_version"] == q["VBIOS Version"] == "96.00.A5.00.1A"
+    assert gpu["gpu_recovery_action"] == q["GPU Recovery Action"] == "None"
+    assert gpu["persistence_mode"] == q["Persistence Mode"]
+    assert gpu["ecc_mode_current"] == q["ECC Mode/Current"]
+    assert gpu["clocks_applications_graphics"] == q["Applications Clocks/Graphics"]
+    assert gpu["clocks_applications_memory"] == q["Applications Clocks/Memory"]
+    assert gpu["pcie_link_gen_current"] == q["PCI/GPU Link Info/PCIe Generation/Current"]
+    assert gpu["pcie_link_width_max"] == q["PCI/GPU Link Info/Link Width/Max"].removesuffix("x")
+
+
+def test_real_h200_without_nvlink_passes_the_new_checks() -> None:
+    """A pass-through H200 has no NVLink: `nvlink -s/-e` print nothing and exit 0."""
+    assert [captured(name)[1:] for name in ("nvlink-s.txt", "nvlink-e.txt")] == [("", 0), ("", 0)]
+    assert probe.parse_nvlink_status("") == {} and probe.parse_nvlink_errors("") == {}
+    real = load("real-h200-probe")   # the probe itself, run on that H200 (no --deep)
+    profile = {"network": {"fabric": "ethernet", "socket_ifname": "eth0"},
+               "expect": {"gpus_per_node": 1, "gpu_model": "H200", "min_driver": "570"}}
+    found = {f.id: f for f in evaluate(real, profile)}
+    assert (found["gpu.recovery_action"].status, found["gpu.nvlink"].status) == ("pass", "pass")
+    assert found["gpu.nvlink"].message == "these GPUs have no NVLink"
+    assert real["gpu"]["gpus"][0]["vbios_version"] == "96.00.A5.00.1A"
+    assert "topo.gpu_nic" not in found      # no HCA on the machine: nothing to place
 
 
 def test_real_remapped_rows_and_invalid_field_answers() -> None:
