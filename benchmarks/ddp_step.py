@@ -357,6 +357,10 @@ def hand_graph_step(
         sched.step()
         return static_loss.clone()
 
+    # The graph writes into DDP's buckets, which live as long as the model: without
+    # this reference the model went with this frame, and the replays wrote into
+    # memory the next way's allocations had taken (an illegal memory access at d1024).
+    step.keep_alive = (model, opt)  # type: ignore[attr-defined]
     return step
 
 
