@@ -6,6 +6,8 @@ the kernel ring buffer as the real one does, "[%12.6f] message" (printf style) w
 since boot. The messages come from `../dmesg.txt`, one "AGE_SECONDS<TAB>message"
 per line, so a planted line keeps its age whenever it is read: its stamp is
 this machine's uptime minus the age. No dmesg.txt: an empty ring buffer.
+The uptime is read where the probe reads it ($CLUSTERKIT_PROBE_ROOT/proc/uptime
+when that is set), so a test can set the clock of both.
 Kept to Python 3.6 syntax like the probe.
 """
 
@@ -17,7 +19,7 @@ LOG_PATH = os.path.join(NODE_DIR, "dmesg.txt")
 
 
 def main():
-    with open("/proc/uptime") as handle:
+    with open(os.environ.get("CLUSTERKIT_PROBE_ROOT", "").rstrip("/") + "/proc/uptime") as handle:
         uptime = float(handle.read().split()[0])
     try:
         with open(LOG_PATH) as handle:
