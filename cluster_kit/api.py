@@ -23,7 +23,7 @@ from cluster_kit.errors import ClusterKitError, ClusterRefused, InputError
 
 if TYPE_CHECKING:
     from cluster_kit.app import App
-    from cluster_kit.lifecycle.follow import Outcome
+    from cluster_kit.lifecycle import Outcome
 
 PathLike = Union[str, "os.PathLike[str]"]
 After = Union[str, "Job", Sequence[Union[str, "Job"]], None]

@@ -28,7 +28,19 @@ from cluster_kit.checks import (
 )
 from cluster_kit.checks.findings import Finding, worst
 
-__all__ = ["Finding", "evaluate", "node_status"]
+# The room's surface: evaluate, node_status and Finding, and the modules other rooms import.
+__all__ = [
+    "Finding",
+    "evaluate",
+    "findings",
+    "gpu_health",
+    "injob",
+    "node_status",
+    "nvlink",
+    "rdma",
+    "rdma_errors",
+    "topology",
+]
 
 
 def evaluate(facts: Mapping[str, Any], profile_data: Mapping[str, Any], deep: bool = False) -> list[Finding]:

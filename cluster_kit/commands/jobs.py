@@ -59,7 +59,7 @@ login_profile_option = profile_option(
 
 def job_output_dir(job: Any) -> str | None:
     """The folder of the job's `output` file (sbatch does not create it), if any."""
-    from cluster_kit.lifecycle.submission import output_dir
+    from cluster_kit.lifecycle import output_dir
 
     return output_dir(job.data)
 
@@ -356,7 +356,7 @@ def record_state(app: App, record: Any) -> str:
     (UNKNOWN when neither Slurm nor the record says)."""
     from cluster_kit import lifecycle
     from cluster_kit.errors import ClusterKitError
-    from cluster_kit.lifecycle.follow import FORGOTTEN
+    from cluster_kit.lifecycle import FORGOTTEN
 
     if record.ended:
         return str(record.ended.get("state") or FORGOTTEN)

@@ -8,6 +8,10 @@ job Slurm can never start is cancelled the same way everywhere, every job gets
 a record, and every ended job is explained the same way (Slurm's state, the
 first failing task, the job's exit code). A job with `resilience:` is followed
 through its chain of attempts (chains.py) by `wait`, `status`, `logs` and `diagnose`.
+
+`__all__` is the room's surface: the names below, and the modules other rooms
+import (records, chains, and diagnosis and chain_diagnosis, which load only when
+asked for).
 """
 from cluster_kit.lifecycle.chains import (
                                           Chain,
@@ -17,6 +21,7 @@ from cluster_kit.lifecycle.chains import (
                                           restart_line,
 )
 from cluster_kit.lifecycle.follow import (
+                                          FORGOTTEN,
                                           Outcome,
                                           chain_outcome,
                                           explain_status,
@@ -27,19 +32,30 @@ from cluster_kit.lifecycle.follow import (
 )
 from cluster_kit.lifecycle.records import JobRecord
 from cluster_kit.lifecycle.request import SubmitRequest, Submitted, submit_job
-from cluster_kit.lifecycle.submission import refuse_never_start, submit, where_key
+from cluster_kit.lifecycle.submission import (
+                                          output_dir,
+                                          refuse_never_start,
+                                          submit,
+                                          where_key,
+)
 
 __all__ = [
+                                          "FORGOTTEN",
                                           "Chain",
                                           "JobRecord",
                                           "Outcome",
                                           "SubmitRequest",
                                           "Submitted",
+                                          "chain_diagnosis",
                                           "chain_outcome",
+                                          "chains",
+                                          "diagnosis",
                                           "explain_status",
                                           "find_chain",
                                           "job_outcome",
+                                          "output_dir",
                                           "read_chain",
+                                          "records",
                                           "refuse_never_start",
                                           "remember_chain",
                                           "restart_line",

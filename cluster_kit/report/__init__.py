@@ -1,1 +1,7 @@
-"""Reports for people: tables, preflight, audit (table/JSON/Markdown/HTML), all-reduce."""
+"""Reports for people: preflight, audit (table/JSON/Markdown/HTML), all-reduce, step time.
+
+`__all__` is the room's surface: the modules other rooms import. html (the HTML
+reports' one Jinja2 environment) serves audit and step_time.
+"""
+
+__all__ = ["allreduce", "audit", "preflight", "step_time"]

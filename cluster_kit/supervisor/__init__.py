@@ -11,4 +11,7 @@ record.py owns the attempts record (read by the CLI too), decide.py the pure
 decisions (hang, how an attempt ended, what comes next), job.py the process
 (subprocess, signals), bundle.py the zip app that travels in the batch script.
 Everything but bundle.py runs inside the job on the stdlib, Python 3.8+.
+`__all__` is the room's surface: the modules other rooms import.
 """
+
+__all__ = ["bundle", "record"]

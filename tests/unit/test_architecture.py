@@ -6,6 +6,7 @@ still puts paramiko or a process on that path.
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -310,6 +311,136 @@ def test_a_dunder_import_is_not_private() -> None:
 def test_an_import_cycle_is_reported(sources: dict[str, str], cycle: set[str]) -> None:
     found = [(module, ast.parse(source)) for module, source in sources.items()]
     assert import_cycles(import_graph(found)) == [frozenset(cycle)]
+
+
+# ----------------------------------------------------------------------------
+# Surfaces: what another room imports from a package is in the package's `__all__`
+
+
+def surfaces(found: list[tuple[str, ast.AST]]) -> dict[str, list[str] | None]:
+    """package -> the names its `__init__` lists in `__all__` (None: it lists none).
+
+    A package is a module with modules under it.
+    """
+    names = {module for module, _ in found}
+    return {module: _listed(tree) for module, tree in found
+            if any(name.startswith(f"{module}.") for name in names)}
+
+
+def _listed(tree: ast.AST) -> list[str] | None:
+    for node in getattr(tree, "body", []):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    return None
+
+
+def crossings(found: list[tuple[str, ast.AST]]) -> Iterator[tuple[str, int, str, str]]:
+    """(module, line, package, name) for every import from outside a package that names
+    what is in it: `import cluster_kit.pkg.name`, `from cluster_kit.pkg.name... import x`,
+    `from cluster_kit.pkg import name`, and `pkg.name` after `from cluster_kit import pkg`.
+    """
+    for module, tree in found:
+        room = module.split(".")[0]
+        aliases: dict[str, str] = {}  # bound by `from cluster_kit import pkg [as alias]`: alias -> pkg
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                paths = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = _absolute_base(node, module)
+                paths = [f"{base}.{alias.name}" for alias in node.names] if base.count(".") == 1 else [base]
+                if base == "cluster_kit":
+                    aliases.update({alias.asname or alias.name: alias.name for alias in node.names})
+            else:
+                continue
+            for parts in (path.split(".") for path in paths):
+                if parts[0] == "cluster_kit" and len(parts) > 2 and parts[1] != room:
+                    yield module, node.lineno, parts[1], parts[2]
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and aliases.get(node.value.id, room) != room):
+                yield module, node.lineno, aliases[node.value.id], node.attr
+
+
+def surface_violations(found: list[tuple[str, ast.AST]], surface: dict[str, list[str] | None]) -> list[str]:
+    """Every crossing that names what its package does not list, as `module:line imports name`."""
+    return [f"cluster_kit.{module}:{line} imports cluster_kit.{package}.{name} (not in {package}/__init__.py's "
+            "__all__: use what it lists, or list it there if other rooms should use it)"
+            for module, line, package, name in crossings(found)
+            if package in surface and name not in (surface[package] or [])]
+
+
+def unlisted_surfaces(found: list[tuple[str, ast.AST]]) -> list[str]:
+    """Each package without an `__all__`, and each listed name that is neither one of its
+    modules nor a name its `__init__` binds (ssh's lazy names are bound by its TYPE_CHECKING imports)."""
+    defined = {module: _defined(tree) for module, tree in found}
+    problems = []
+    for package, names in surfaces(found).items():
+        if not names:
+            problems.append(f"cluster_kit.{package} lists no __all__ (the modules and names other rooms may import)")
+        problems += [f"cluster_kit.{package} lists {name}, which is neither its module nor a name it defines"
+                     for name in names or [] if name not in defined[package] and f"{package}.{name}" not in defined]
+    return problems
+
+
+def _defined(tree: ast.AST) -> set[str]:
+    """The names a module binds: definitions and assignments at its top, imports anywhere."""
+    names = {alias.asname or alias.name.split(".")[0] for node in ast.walk(tree)
+             if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+    for node in getattr(tree, "body", []):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {target.id for target in node.targets if isinstance(target, ast.Name)}
+    return names
+
+
+def test_every_package_lists_its_surface() -> None:
+    assert unlisted_surfaces(modules()) == []
+
+
+def test_rooms_import_only_what_a_package_lists() -> None:
+    assert surface_violations(modules(), package_surfaces()) == []
+
+
+@functools.cache
+def package_surfaces() -> dict[str, list[str] | None]:
+    """The package's own surfaces, read once for the planted tests."""
+    return surfaces(modules())
+
+
+@pytest.mark.parametrize("module, source, name", [
+    ("commands.jobs", "from cluster_kit.lifecycle.follow import FORGOTTEN\n", "cluster_kit.lifecycle.follow"),
+    ("render.environment", "def f():\n    from cluster_kit.config import yamlfile\n", "cluster_kit.config.yamlfile"),
+    ("app", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cluster_kit.ssh.settings import Hop\n",
+     "cluster_kit.ssh.settings"),
+    ("fleet.preflight", "import cluster_kit.checks.gpu\n", "cluster_kit.checks.gpu"),
+    ("commands.audit", "from ..report import html\n", "cluster_kit.report.html"),
+    ("fleet.preflight", "from cluster_kit.checks import worst\n", "cluster_kit.checks.worst"),
+    ("commands.jobs", "from cluster_kit import lifecycle\nlifecycle.follow.FORGOTTEN\n", "cluster_kit.lifecycle.follow"),
+])
+def test_an_unlisted_crossing_is_reported(module: str, source: str, name: str) -> None:
+    found = surface_violations([(module, ast.parse(source))], package_surfaces())
+    assert len(found) == 1 and f"imports {name} (not in" in found[0], found
+
+
+def test_listed_names_and_a_rooms_own_modules_may_be_imported() -> None:
+    allowed = [("commands.jobs", "from cluster_kit import lifecycle\nfrom cluster_kit.lifecycle import records\n"
+                                 + "lifecycle.submit_job\n"),
+               ("fleet.preflight", "from cluster_kit.checks import evaluate\nfrom cluster_kit.checks.findings import with_fix\n"),
+               ("config.load", "from cluster_kit.config.yamlfile import load_yaml\nfrom . import problems\n"),
+               ("app", "from cluster_kit.ssh import SshSettings\nimport cluster_kit.slurm.runner\n")]
+    assert surface_violations([(m, ast.parse(s)) for m, s in allowed], package_surfaces()) == []
+
+
+@pytest.mark.parametrize("init, why", [
+    ('"""A room."""\n', "lists no __all__"),
+    ('__all__ = ["load", "loader"]\n', "lists loader, which is neither"),
+    (('from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .load import load_job\n'
+      '__all__ = ["load", "load_job", "load_profile"]\n'), "lists load_profile, which is neither"),
+])
+def test_a_package_that_does_not_list_what_is_there_is_reported(init: str, why: str) -> None:
+    found = unlisted_surfaces([("config", ast.parse(init)), ("config.load", ast.parse("def load_job(): ...\n"))])
+    assert len(found) == 1 and why in found[0], found
 
 
 def test_test_files_have_unique_basenames() -> None:
