@@ -61,7 +61,7 @@ def main(argv: list[str]) -> None:
     if record:
         set_timeline_recorder(lambda host, start, marks: timelines.append((host, start, marks)))
     names = [f"b{i:03d}" for i in range(1, count + 1)]
-    workers = ssh_fanout._process_count(settings, count)  # what fan_out will choose
+    workers = ssh_fanout.process_count(settings, count)  # what fan_out will choose
     batch = int(os.environ.get(BATCH_ENV) or len(names))
     results = [result for start in range(0, len(names), batch)
                for result in fan_out(names[start:start + batch], " ".join(command), settings)]

@@ -102,7 +102,7 @@ def fan_out(
     if not names:
         return []
     results: list[HostResult | None] = [None] * len(names)
-    processes = _process_count(settings, len(names))
+    processes = process_count(settings, len(names))
     answers = (_fan_out_processes(names, command, settings, stdin, processes) if processes > 1
                else _fan_out_threads(names, command, settings, stdin))
     for index, result in answers:
@@ -133,7 +133,7 @@ _WORKER_THREAD = "clusterkit-ssh"
 fanout_processes: int | None = None
 
 
-def _process_count(settings: SshSettings, hosts: int) -> int:
+def process_count(settings: SshSettings, hosts: int) -> int:
     """How many worker processes a fan-out of `hosts` hosts uses (1: threads here).
 
     One unless `fanout_processes` asks for more: on a loaded 2-core machine, two

@@ -416,14 +416,14 @@ def test_split_fanout_gives_every_connection_to_one_process() -> None:
 
 def test_process_count_is_one_unless_asked_and_safe(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fanout, "_ssh_threads_running", lambda: False)
-    assert fanout._process_count(SshSettings(fanout=64), 1000) == 1
+    assert fanout.process_count(SshSettings(fanout=64), 1000) == 1
     monkeypatch.setattr(fanout, "fanout_processes", 3)
-    assert fanout._process_count(SshSettings(fanout=64), 1000) == 3
-    assert fanout._process_count(SshSettings(fanout=2), 1000) == 2  # never more than the fan-out
-    assert fanout._process_count(SshSettings(fanout=64), 2) == 2  # nor than the hosts
-    assert fanout._process_count(SshSettings(fanout=64, host_key_policy="accept-new"), 1000) == 1
+    assert fanout.process_count(SshSettings(fanout=64), 1000) == 3
+    assert fanout.process_count(SshSettings(fanout=2), 1000) == 2  # never more than the fan-out
+    assert fanout.process_count(SshSettings(fanout=64), 2) == 2  # nor than the hosts
+    assert fanout.process_count(SshSettings(fanout=64, host_key_policy="accept-new"), 1000) == 1
     monkeypatch.setattr(fanout, "_ssh_threads_running", lambda: True)
-    assert fanout._process_count(SshSettings(fanout=64), 1000) == 1
+    assert fanout.process_count(SshSettings(fanout=64), 1000) == 1
 
 
 def test_frames_come_out_whole_however_the_pipe_cuts_them() -> None:
