@@ -150,6 +150,58 @@ def test_nvidia_smi_missing_is_a_failure_not_a_crash() -> None:
         assert (f.status, f.message) == ("fail", "nvidia-smi not found on PATH")
 
 
+def test_gpu_count_fixes_written_out() -> None:
+    few = finding(load("no-rdma"), IB_PROFILE, "gpu.count")
+    assert few.fix == ("a GPU is missing or hidden: compare `nvidia-smi -L` with `lspci | grep -i nvidia`, look for "
+                       "Xid / fallen-off-the-bus errors in dmesg; drain the node until it is fixed")
+    many = finding(load("ib-ok"), with_settings(IB_PROFILE, expect={"gpus_per_node": 4}), "gpu.count")
+    assert many.fix == ("the node has more GPUs than expect.gpus_per_node: if it is meant to have 8, set "
+                        "expect.gpus_per_node: 8 in the profile; if it is meant to have 4, this is another kind "
+                        "of node: keep it out of the profile's nodes (or slurm.constraint)")
+
+
+def test_gpu_model_names_every_distinct_model_and_an_empty_list_fails() -> None:
+    mixed = load("ib-ok")
+    mixed["gpu"]["gpus"][7]["name"] = "NVIDIA H100 PCIe"
+    assert finding(mixed, IB_PROFILE, "gpu.model").message == "GPUs are NVIDIA H100 80GB HBM3, NVIDIA H100 PCIe"
+    f = finding(mixed, with_settings(IB_PROFILE, expect={"gpu_model": "A100"}), "gpu.model")
+    assert (f.message, f.fix) == (
+        "GPUs are NVIDIA H100 80GB HBM3, NVIDIA H100 PCIe, expected a name containing 'A100' (expect.gpu_model)",
+        ("this node has other GPUs: select the right nodes (slurm.constraint, partition or nodes) or change "
+        "expect.gpu_model"))
+    empty = load("ib-ok")
+    empty["gpu"]["gpus"] = []
+    f = finding(empty, IB_PROFILE, "gpu.model")
+    assert (f.status, f.message, f.fix) == (
+        "fail", "nvidia-smi lists no GPU, expected H100",
+        ("the NVIDIA driver is not loaded or does not match the running kernel: check `dmesg | grep -i nvrm`, "
+        "reload the nvidia modules or reboot; drain the node meanwhile"))
+
+
+def test_gpu_driver_equal_to_the_minimum_passes_and_an_odd_version_warns() -> None:
+    exact = with_settings(IB_PROFILE, expect={"min_driver": "535.104.05"})
+    f = finding(load("no-rdma"), exact, "gpu.driver")
+    assert (f.status, f.message) == ("pass", "driver 535.104.05 >= 535.104.05")
+    odd = load("no-rdma")
+    odd["gpu"]["driver"] = "[N/A]"
+    f = finding(odd, IB_PROFILE, "gpu.driver")
+    assert (f.id, f.status, f.message, f.fix) == (
+        "gpu.driver", "warn", "cannot compare driver '[N/A]' with expect.min_driver 535.104",
+        "run `nvidia-smi --query-gpu=driver_version --format=csv` on the node")
+
+
+def test_nvidia_smi_missing_and_no_devices_fixes_written_out() -> None:
+    assert finding(load("smi-missing"), IB_PROFILE, "gpu.count").fix == (
+        "install the NVIDIA driver (it ships nvidia-smi) or put nvidia-smi on the PATH of non-interactive SSH "
+        "sessions")
+    none = load("smi-fail")
+    none["gpu"] = {"status": "error", "exit_code": 6, "error": "No devices were found"}
+    f = finding(none, IB_PROFILE, "gpu.count")
+    assert (f.message, f.fix) == (
+        "nvidia-smi failed: No devices were found",
+        "the driver sees no GPU: check `lspci | grep -i nvidia` and dmesg for Xid / fallen-off-the-bus errors")
+
+
 # ---------------------------------------------------------------- nccl
 
 def test_nccl_library_satisfies_the_specifier() -> None:

@@ -96,3 +96,22 @@ def test_the_probe_runs_dcgmi_only_with_dcgm(tmp_path: Path) -> None:
         assert facts["dcgm"]["status"] == status
     assert len(facts["dcgm"]["tests"]) == 9
     assert probe.parse_args(["--python", "/p", "--dcgm", "--deep=/p"]) == {"python": "/p", "dcgm": "1", "deep": "/p"}
+
+
+def test_every_failed_test_with_all_its_details_whole_finding() -> None:
+    tests = [{"test": "PCIe", "result": "Fail - All", "details": ["GPU 0: link 0 down", "GPU 1: link 2 down"]},
+             {"test": "Denylist", "result": "Pass"},
+             {"test": "Inforom", "result": "Fail - GPU 3"}]
+    found = diag({"status": "ok", "exit_code": 226, "tests": tests})
+    assert found is not None and (found.status, found.message, found.fix) == (
+        "fail", "dcgmi diag -r 1: PCIe: Fail - All (GPU 0: link 0 down; GPU 1: link 2 down); Inforom: Fail - GPU 3",
+        ("read the full report on the node (`dcgmi diag -r 1`, then `dcgmi diag -r 3` for the long tests) and act "
+        "on its failed tests; drain the node (`clusterkit audit --drain --apply`) until they pass"))
+
+
+def test_a_diagnostic_that_did_not_run_whole_warning() -> None:
+    found = diag({"status": "error", "error": "dcgmi diag -r 1: Error: unable to establish a connection"})
+    assert found is not None and (found.message, found.fix) == (
+        "the diagnostic did not run: dcgmi diag -r 1: Error: unable to establish a connection",
+        ("start DCGM's host engine (`systemctl start nvidia-dcgm`, or `nv-hostengine`) and run `dcgmi diag -r 1` "
+        "on the node"))

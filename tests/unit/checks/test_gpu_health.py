@@ -372,3 +372,181 @@ def test_validate_names_file_line_for_bad_health_settings(tmp_path: Path) -> Non
     assert f"{path}:3: expect.xid_window: '2w' is not a time window" in out
     assert f"{path}:5: expect.ib_error_thresholds.link_downed: -1 is too small; use 0 or more" in out
     assert f"{path}:6: unknown key 'link_flaps' in expect.ib_error_thresholds; valid keys: symbol_error" in out
+
+
+# ---------------------------------------------------------------- whole findings, as a user reads them
+
+def drain(check_id: str) -> str:
+    """The drain step of a fix, with the reason `audit --drain` writes."""
+    return ("drain the node (`clusterkit audit --drain --apply`, or "
+            f'`scontrol update nodename=<node> state=drain reason="clusterkit: {check_id}"`)')
+
+
+def test_ecc_finding_names_each_gpu_its_problems_and_the_indexes_to_reset() -> None:
+    data = with_gpu("gpu-ecc", 5, retired_pages_pending="Yes")      # a pre-Ampere GPU retires pages
+    found = health(data)["gpu.ecc"]
+    assert (found.status, found.message) == ("fail", ("GPU 2 (00000000:3A:00.0): 2 uncorrected volatile ECC errors, "
+                                             "row remap pending; GPU 5 (00000000:AB:00.0): page retirement pending"))
+    assert found.fix == (
+        f"{drain('gpu.ecc')}, then reset the GPU (`nvidia-smi -r -i 2,5` with no process on it) or reboot, "
+        "so the pending row remap / page retirement takes effect; run `dcgmi diag -r 3` before returning it "
+        "to service; uncorrected errors that come back mean RMA")
+
+
+def test_a_row_remap_failure_anywhere_makes_the_fix_an_rma() -> None:
+    data = with_gpu("gpu-ecc", 6, remapped_rows_failure="Yes")
+    found = health(data)["gpu.ecc"]
+    assert found.message.endswith("; GPU 6 (00000000:BA:00.0): row remapping FAILED")
+    assert found.fix == (f"the GPU's memory has no spare rows left: {drain('gpu.ecc')} and RMA the GPU "
+                         "(`nvidia-smi -q -d ROW_REMAPPER` shows it)")
+
+
+def test_ecc_disabled_names_every_gpu_without_it() -> None:
+    data = with_gpu("ib-ok", 0, ecc_mode_current="Disabled")
+    data["gpu"]["gpus"][7]["ecc_mode_current"] = "Disabled"
+    found = health(data)["gpu.ecc"]
+    assert (found.status, found.message, found.fix) == (
+        "warn", "ECC is disabled on GPU 0 (00000000:18:00.0), GPU 7 (00000000:DB:00.0)",
+        "enable it with `nvidia-smi -e 1` and reboot (memory errors go unnoticed without ECC)")
+
+
+def test_healthy_gpus_pass_with_their_count_and_unreported_fields_say_so() -> None:
+    found = health(load("ib-ok"))
+    assert found["gpu.ecc"].message == "8 GPUs: no uncorrected ECC errors, no pending row remap"
+    assert found["gpu.pcie_link"].message == "8 GPUs at full PCIe link width"
+    one = copy.deepcopy(load("ib-ok"))
+    one["gpu"]["gpus"] = one["gpu"]["gpus"][:1]
+    one_gpu = dict(PROFILE, expect=dict(PROFILE["expect"], gpus_per_node=1))
+    assert health(one, one_gpu)["gpu.ecc"].message == "1 GPU: no uncorrected ECC errors, no pending row remap"
+    assert health(one, one_gpu)["gpu.pcie_link"].message == "1 GPU at full PCIe link width"
+    for gpu in one["gpu"]["gpus"]:
+        gpu.update(pcie_link_width_current="[N/A]", pcie_link_width_max="[N/A]")
+    unreported = health(one, one_gpu)["gpu.pcie_link"]
+    assert (unreported.status, unreported.message) == ("pass", "PCIe link width is not reported by these GPUs")
+
+
+def test_refused_health_fields_name_what_cannot_be_checked() -> None:
+    data = copy.deepcopy(load("ib-ok"))
+    error = "nvidia-smi refused the health fields: clocks_event_reasons.active"
+    data["gpu"]["health_error"] = error
+    found = health(data)
+    fix = "upgrade the NVIDIA driver, or read the values by hand with `nvidia-smi -q -d ECC,PCIE,PERFORMANCE`"
+    assert [(found[i].status, found[i].message, found[i].fix) for i in ("gpu.ecc", "gpu.pcie_link", "gpu.throttle")] == [
+        ("warn", f"cannot check ECC: {error}", fix),
+        ("warn", f"cannot check the PCIe links: {error}", fix),
+        ("warn", f"cannot check clock slowdowns: {error}", fix)]
+
+
+def test_two_narrow_links_are_both_named_and_the_first_ones_slot_is_shown() -> None:
+    data = with_gpu("gpu-x8", 1, pcie_link_width_current="4")
+    found = health(data)["gpu.pcie_link"]
+    assert found.message == ("GPU 1 (00000000:2A:00.0): PCIe link x4, capable of x16; "
+                             "GPU 5 (00000000:AB:00.0): PCIe link x8, capable of x16")
+    assert found.fix == ("the link trained at a reduced width: reseat the GPU and check its riser, cable and slot "
+                         f"(`lspci -vv -s 2a:00` shows LnkSta below LnkCap); {drain('gpu.pcie_link')} until fixed")
+
+
+def test_two_slow_busy_links_warn_with_the_whole_fix() -> None:
+    data = with_gpu("ib-ok", 2, pcie_link_gen_current="4", clocks_event_reasons_active="0x0")
+    data["gpu"]["gpus"][4].update(pcie_link_gen_current="3", clocks_event_reasons_active="0x0")
+    found = health(data)["gpu.pcie_link"]
+    assert (found.status, found.message) == ("warn", ("GPU 2 (00000000:3A:00.0): PCIe Gen4 while busy, capable of "
+                                             "Gen5; GPU 4 (00000000:9A:00.0): PCIe Gen3 while busy, capable of Gen5"))
+    assert found.fix == ("a link stuck below its generation under load halves host<->GPU bandwidth: check the "
+                         "riser/cable and the BIOS PCIe speed setting, reseat the GPU")
+
+
+def test_throttled_gpus_after_an_unreported_one_are_all_named_and_both_causes_fixed() -> None:
+    data = with_gpu("ib-ok", 0, clocks_event_reasons_active="[N/A]")
+    data["gpu"]["gpus"][3].update(clocks_event_reasons_active="0x40", temperature_gpu="[N/A]")
+    data["gpu"]["gpus"][5].update(clocks_event_reasons_active="0x80", temperature_gpu="70")
+    found = health(data)["gpu.throttle"]
+    assert found.message == ("GPU 3 (00000000:5D:00.0): HW thermal slowdown (clocks_event_reasons.active 0x40); "
+                             "GPU 5 (00000000:AB:00.0): HW power brake slowdown (clocks_event_reasons.active 0x80, "
+                             "70 C)")
+    assert found.fix == ("check cooling: fans, airflow, inlet temperature and heatsink contact "
+                         "(`nvidia-smi -q -d TEMPERATURE,PERFORMANCE`); check the power supplies and power feeds "
+                         "(an external power brake slows the GPU); "
+                         f"{drain('gpu.throttle')} until the slowdown clears: every rank waits for this GPU")
+
+
+def test_an_idle_bit_beside_a_slowdown_does_not_change_its_cause() -> None:
+    brake = health(with_gpu("ib-ok", 1, clocks_event_reasons_active="0x81"))["gpu.throttle"]
+    assert brake.fix == ("check the power supplies and power feeds (an external power brake slows the GPU); "
+                         f"{drain('gpu.throttle')} until the slowdown clears: every rank waits for this GPU")
+    thermal = health(with_gpu("ib-ok", 1, clocks_event_reasons_active="0x41"))["gpu.throttle"]
+    assert thermal.status == "fail" and "power supplies" not in thermal.fix and "check cooling" in thermal.fix
+
+
+def test_the_pass_names_the_benign_reasons_seen_or_none() -> None:
+    busy = copy.deepcopy(load("ib-ok"))
+    for gpu in busy["gpu"]["gpus"]:
+        gpu["clocks_event_reasons_active"] = "0x0"
+    assert health(busy)["gpu.throttle"].message == "no GPU reports a HW slowdown, thermal slowdown or power brake"
+    capped = with_gpu("ib-ok", 1, clocks_event_reasons_active="0x4")
+    assert health(capped)["gpu.throttle"].message == (
+        "no GPU reports a HW slowdown, thermal slowdown or power brake (SW power cap, idle only)")
+
+
+def xid_facts(*events: dict[str, Any]) -> dict[str, Any]:
+    data = copy.deepcopy(load("ib-ok"))
+    data["xid"]["events"] = list(events)
+    data["xid"]["total"] = len(events)
+    return data
+
+
+def test_xid_whole_finding_with_ages_hints_and_every_gpu_to_reset() -> None:
+    data = xid_facts({"xid": 48, "pci": "0000:3a:00", "text": "DBE (0x1,0x0)", "age_s": 3000.0},
+                     {"xid": 79, "pci": "0000:ab:00", "text": "GPU has fallen off the bus.", "age_s": 5400.0},
+                     {"xid": 79, "pci": "0000:18:00", "text": "GPU has fallen off the bus.", "age_s": 5580.0})
+    found = health(data)["gpu.xid"]
+    assert found.message == ("Xid 48 on GPU 2 (00000000:3A:00.0) 50 min ago: DBE (0x1,0x0); "
+                             "Xid 79 on GPU 5 (00000000:AB:00.0) 1.5 h ago: GPU has fallen off the bus.; "
+                             "Xid 79 on GPU 0 (00000000:18:00.0) 1.6 h ago: GPU has fallen off the bus. "
+                             "(within expect.xid_window 24h)")
+    assert found.fix == (f"{drain('gpu.xid')}; reset the GPU (`nvidia-smi -r -i 0,2,5`) or reboot; if the Xid "
+                         "comes back, run `dcgmi diag -r 3` and RMA the GPU (Xid 48: a double-bit ECC error; "
+                         "Xid 79: the GPU has fallen off the bus: also reseat it and check its riser and power "
+                         "cables)")
+
+
+def test_more_than_three_xids_show_three_and_count_the_rest() -> None:
+    events = [{"xid": 79, "pci": "0000:18:00", "text": "GPU has fallen off the bus.", "age_s": 60.0 * n}
+              for n in range(1, 5)]
+    found = health(xid_facts(*events))["gpu.xid"]
+    assert found.message.count("Xid 79 on GPU 0") == 3
+    assert found.message.endswith("3 min ago: GPU has fallen off the bus. (and 1 more) "
+                                  "(within expect.xid_window 24h)")
+    four = health(xid_facts(*events, *events[:1]))["gpu.xid"]
+    assert "(and 2 more)" in four.message
+
+
+def test_an_xid_of_a_gpu_nvidia_smi_no_longer_lists() -> None:
+    """A GPU that fell off the bus is gone from nvidia-smi: the Xid names its PCI address."""
+    found = health(xid_facts({"xid": 56, "pci": "0000:99:00"}))["gpu.xid"]
+    assert found.message == "Xid 56 on PCI 0000:99:00 age unknown (within expect.xid_window 24h)"
+    assert found.fix == (f"{drain('gpu.xid')}; reset the GPU (`nvidia-smi -r -i <index>`) or reboot; if the Xid "
+                         "comes back, run `dcgmi diag -r 3` and RMA the GPU")
+
+
+def test_xid_pass_lists_the_other_xids_or_nothing() -> None:
+    assert health(load("ib-ok"))["gpu.xid"].message == "no Xid needing a reset in the last 24h (dmesg)"
+    found = health(xid_facts({"xid": 31, "pci": "0000:18:00", "age_s": 10.0},
+                             {"xid": 13, "pci": "0000:18:00", "age_s": 20.0}))["gpu.xid"]
+    assert found.message == "no Xid needing a reset in the last 24h (dmesg; other Xids: 13, 31)"
+
+
+def test_unreadable_kernel_log_and_bad_window_whole_warnings() -> None:
+    data = copy.deepcopy(load("ib-ok"))
+    data["xid"] = {"status": "error", "error": "kernel log unreadable: dmesg: read kernel buffer failed"}
+    found = health(data)["gpu.xid"]
+    assert (found.message, found.fix) == (
+        "cannot read the kernel log for Xid errors: kernel log unreadable: dmesg: read kernel buffer failed",
+        ("run preflight as a user who may read it (root; or `sysctl kernel.dmesg_restrict=0`; "
+        "or membership of the adm / systemd-journal group for journalctl)"))
+    unvalidated = dict(PROFILE, expect=dict(PROFILE["expect"], xid_window="a day"))
+    found = health(load("ib-ok"), unvalidated)["gpu.xid"]
+    assert (found.status, found.message, found.fix) == (
+        "warn", "expect.xid_window 'a day' is not a duration", "write it as seconds or with s/m/h/d, e.g. 24h")
+    with pytest.raises(ValueError):
+        gpu_health.window_seconds(True)     # `xid_window: yes` is no duration, not 1 s

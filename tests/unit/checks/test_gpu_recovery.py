@@ -87,3 +87,56 @@ def test_an_error_text_in_the_field_warns() -> None:
 
 def test_not_run_without_gpu_expectations() -> None:
     assert recovery(load("gpu-reboot"), {"network": {}, "expect": {}}) is None
+
+
+DRAIN = ("drain the node (`clusterkit audit --drain --apply`, or "
+         '`scontrol update nodename=<node> state=drain reason="clusterkit: gpu.recovery_action"`)')
+
+
+def test_the_reboot_finding_written_out() -> None:
+    finding = recovery(load("gpu-reboot"))
+    assert finding is not None and finding.fix == (
+        f"{DRAIN}; reboot the node: the driver cannot recover the GPU without it; run `dcgmi diag -r 3` before "
+        "returning it to service")
+
+
+def test_the_reboot_outranks_a_reset_asked_for_first() -> None:
+    """By SEVERITY, not by the order of the words: "gpu reset" sorts before "node reboot"."""
+    facts = with_action(1, "GPU Reset")
+    facts["gpu"]["gpus"][4]["gpu_recovery_action"] = "Node Reboot"
+    finding = recovery(facts)
+    assert finding is not None and finding.fix == (
+        f"{DRAIN}; reboot the node: the driver cannot recover the GPU without it; run `dcgmi diag -r 3` before "
+        "returning it to service")
+
+
+def test_every_gpu_asking_for_the_action_is_named_and_reset() -> None:
+    facts = with_action(1, "GPU Reset")
+    facts["gpu"]["gpus"][3]["gpu_recovery_action"] = "GPU Reset"
+    finding = recovery(facts)
+    assert finding is not None
+    assert finding.message == ("GPU 1 (00000000:2A:00.0) asks for: GPU Reset; "
+                               "GPU 3 (00000000:5D:00.0) asks for: GPU Reset")
+    assert finding.fix == (f"{DRAIN}; reset the GPU: `nvidia-smi -r -i 1,3` with no process on it (or reboot the "
+                           "node); run `dcgmi diag -r 3` before returning it to service")
+
+
+def test_an_action_spelt_with_underscores_is_the_same_action() -> None:
+    finding = recovery(with_action(2, "Drain_P2P"))
+    assert finding is not None and (finding.status, finding.message) == (
+        "fail", "GPU 2 (00000000:3A:00.0) asks for: Drain_P2P")
+    assert "peer-to-peer/NVLink traffic must stop" in finding.fix
+
+
+def test_unknown_field_and_error_texts_written_out() -> None:
+    old = recovery(load("gpu-powercap"))
+    assert old is not None and old.message == (
+        "the driver reports no GPU recovery action (field unknown to it or not supported)")
+    facts = with_action(2, "Failed to retrieve")
+    facts["gpu"]["gpus"][5]["gpu_recovery_action"] = "Unknown Error 999"
+    finding = recovery(facts)
+    assert finding is not None and (finding.status, finding.message, finding.fix) == (
+        "warn", ("cannot read the recovery action: GPU 2 (00000000:3A:00.0): Failed to retrieve; "
+        "GPU 5 (00000000:AB:00.0): Unknown Error 999"),
+        (f"{DRAIN}; read `nvidia-smi -q` (GPU Recovery Action) and the kernel log, then reset the GPU or reboot "
+        "the node"))

@@ -151,3 +151,70 @@ def test_validate_names_file_line_for_bad_nvlink_thresholds(tmp_path: Path) -> N
     out = done.stdout + done.stderr
     assert f"{path}:4: expect.nvlink_error_thresholds.crc: -1 is too small; use 0 or more" in out
     assert f"{path}:5: unknown key 'flit' in expect.nvlink_error_thresholds; valid keys: crc, replay, recovery" in out
+
+
+# ---------------------------------------------------------------- whole findings
+
+DRAIN = ("drain the node (`clusterkit audit --drain --apply`, or "
+         '`scontrol update nodename=<node> state=drain reason="clusterkit: gpu.nvlink"`)')
+
+
+def test_inactive_links_of_two_gpus_whole_finding() -> None:
+    facts = load("nvlink-down")
+    facts["nvlink"]["gpus"]["6"]["all_inactive"] = True
+    found = finding(facts)
+    assert found is not None and found.message == (
+        "GPU 4 (00000000:9A:00.0): NVLink 7 inactive; GPU 6 (00000000:BA:00.0): all NVLinks inactive")
+    assert found.fix == (
+        "an NVLink is down: check the NVLink fabric (`nvidia-smi nvlink -s`, `systemctl status "
+        "nvidia-fabricmanager` on NVSwitch systems), then reset the GPUs (`nvidia-smi -r`) or reboot; a link "
+        f"that stays down needs the baseboard serviced (RMA); {DRAIN} meanwhile: all-reduces on this node run slow")
+
+
+def test_a_gpu_nvidia_smi_did_not_list_is_named_by_its_index() -> None:
+    facts = load("nvlink-down")
+    facts["nvlink"]["gpus"]["9"] = facts["nvlink"]["gpus"].pop("4")
+    found = finding(facts)
+    assert found is not None and found.message == "GPU 9: NVLink 7 inactive"
+
+
+def test_error_counters_of_two_gpus_at_and_over_their_thresholds() -> None:
+    facts = healthy()
+    facts["nvlink"]["gpus"]["2"]["errors"]["11"] = {"crc": "N/A", "replay": "250"}   # unreadable, then over
+    facts["nvlink"]["gpus"]["3"]["errors"]["0"] = {"crc_flit": "101", "recovery": "10"}  # recovery at its limit
+    found = finding(facts)
+    assert found is not None and found.message == (
+        "GPU 2 (00000000:3A:00.0): link 11 replay 250 (> 100); GPU 3 (00000000:5D:00.0): link 0 crc flit 101 (> 100)")
+    assert found.fix == (
+        "an NVLink is failing: clear the counters (`nvidia-smi nvlink -re`) and read them again under load "
+        "(`nvidia-smi nvlink -e`), run `dcgmi diag -r 2`; if they grow, reset or reboot and have the baseboard "
+        f"serviced; {DRAIN} meanwhile")
+
+
+def test_unreadable_error_counters_pass_and_say_so() -> None:
+    facts = healthy()
+    facts["nvlink"]["errors_error"] = "nvidia-smi nvlink -e: Not Supported"
+    found = finding(facts)
+    assert found is not None and found.message == (
+        "144 NVLinks of 8 GPUs active, error counters unreadable (nvidia-smi nvlink -e: Not Supported)")
+
+
+def test_gpus_that_all_say_all_links_inactive_pass_with_the_note() -> None:
+    facts = load("ib-ok")
+    facts["nvlink"] = {"status": "ok", "gpus": {"0": {"links": {}, "all_inactive": True}}}
+    found = finding(facts)
+    assert found is not None and (found.status, found.message) == (
+        "pass", ("these GPUs have no NVLink active (every link nvidia-smi lists is inactive: a GPU of an NVLink "
+        "board passed through alone, or a PCIe card without a bridge)"))
+    facts["nvlink"] = {"status": "ok"}      # nvidia-smi printed nothing at all
+    found = finding(facts)
+    assert found is not None and (found.status, found.message) == ("pass", "these GPUs have no NVLink")
+
+
+def test_unreadable_nvlink_state_whole_warning() -> None:
+    facts = load("ib-ok")
+    facts["nvlink"] = {"status": "error", "error": "nvidia-smi nvlink -s: Invalid combination of input arguments."}
+    found = finding(facts)
+    assert found is not None and (found.message, found.fix) == (
+        "cannot read the NVLink state: nvidia-smi nvlink -s: Invalid combination of input arguments.",
+        "run `nvidia-smi nvlink -s` on the node and check the driver")
