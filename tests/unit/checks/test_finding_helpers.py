@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster_kit.checks.findings import dotted, section_problem, worst
+from cluster_kit.checks.findings import dotted, section_problem, with_fix, worst
 
 
 def test_an_unknown_status_ranks_worst() -> None:
@@ -24,3 +24,8 @@ def test_dotted() -> None:
     for bad in ("", "535.x", "r535"):
         with pytest.raises(ValueError, match="is not a dotted version"):
             dotted(bad)
+
+
+def test_a_finding_without_fix_is_its_message_alone() -> None:
+    assert with_fix("RLIMIT_MEMLOCK is unlimited", "") == "RLIMIT_MEMLOCK is unlimited"
+    assert with_fix("low", "raise it") == "low (fix: raise it)"

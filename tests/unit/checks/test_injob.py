@@ -60,11 +60,11 @@ def test_package_files_names_each_file_under_the_package() -> None:
 def test_facts_are_keyed_by_slurm_node_then_hostname_and_other_lines_are_skipped() -> None:
     text = "\n".join([
         "srun: warning: something",
+        "{not json",
         "  " + json.dumps(GOOD) + "  ",
         json.dumps({"hostname": "gpu-03"}),
         json.dumps({"slurm_node": "", "hostname": "gpu-04"}),
         json.dumps({"other": 1}),
-        "{not json",
         "",
     ])
     assert injob.read_facts(text) == {
@@ -74,10 +74,10 @@ def test_facts_are_keyed_by_slurm_node_then_hostname_and_other_lines_are_skipped
 
 def test_verdicts_per_expected_node_a_silent_node_fails() -> None:
     facts = {"gpu-01": GOOD, "gpu-02": LOW, "gpu-09": GOOD}
-    assert injob.verdicts(facts, ["gpu-02", "gpu-01", "gpu-03"], PROFILE) == [
+    assert injob.verdicts(facts, ["gpu-03", "gpu-02", "gpu-01"], PROFILE) == [
+        ("gpu-03", "fail", ["probe.run: the probe printed nothing on this node"]),
         ("gpu-02", "fail", [LOW_LINE]),
         ("gpu-01", "pass", []),
-        ("gpu-03", "fail", ["probe.run: the probe printed nothing on this node"]),
     ]
 
 
@@ -96,12 +96,13 @@ def write_facts(tmp_path: Path, *nodes: dict[str, Any]) -> str:
 def test_main_prints_a_line_per_node_and_exits_1_on_a_failure(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     facts = write_facts(tmp_path, GOOD, LOW)
-    assert injob.main(PROFILE, [facts, "gpu-01", "gpu-02"]) == 1
+    # the failing node first: a pass after it does not clear the exit status
+    assert injob.main(PROFILE, [facts, "gpu-02", "gpu-01"]) == 1
     out = capsys.readouterr()
     assert out.out == ""
-    assert out.err == ("clusterkit preflight: gpu-01: pass\n"
-                       "clusterkit preflight: gpu-02: fail\n"
-                       f"clusterkit preflight:   {LOW_LINE}\n")
+    assert out.err == ("clusterkit preflight: gpu-02: fail\n"
+                       f"clusterkit preflight:   {LOW_LINE}\n"
+                       "clusterkit preflight: gpu-01: pass\n")
 
 
 def test_main_exits_0_when_no_node_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
