@@ -16,6 +16,7 @@ from cluster_kit.analysis.collectives import (
     gpu_activity,
     input_numel,
     message_bytes,
+    op_name,
     summarise,
 )
 from cluster_kit.analysis.traces import Event, Trace
@@ -32,6 +33,12 @@ BACKWARD = "autograd::engine::evaluate_function: AddmmBackward0"
 ])
 def test_bus_factor_is_nccl_tests_factor(op: str, n: int, factor: float) -> None:
     assert bus_factor(op, n) == pytest.approx(factor)
+
+
+def test_op_names() -> None:
+    assert [op_name(t) for t in ("AllReduce", "allreduce", "all_reduce", "ReduceScatter", "SendRecv")] == \
+        ["all_reduce", "all_reduce", "all_reduce", "reduce_scatter", "send_recv"]
+    assert op_name("Barrier") == "barrier"  # not in the table: as written, in lower case
 
 
 def test_busbw_is_bytes_per_second_times_the_factor() -> None:
