@@ -48,6 +48,7 @@ def test_busbw_is_bytes_per_second_times_the_factor() -> None:
     assert busbw_gbps("all_gather", 268435456, 0.01, 4) == pytest.approx(20.1326592)
     assert busbw_gbps("broadcast", 5 * 10**8, 0.25, 16) == pytest.approx(2.0)
     # nothing moved or no time taken: no bandwidth, not a division by zero
+    assert busbw_gbps("broadcast", 1, 1e-9, 2) == pytest.approx(1.0)
     assert busbw_gbps("all_reduce", 0, 1.0, 8) == 0.0
     assert busbw_gbps("all_reduce", 10**9, 0.0, 8) == 0.0
     assert busbw_gbps("all_reduce", 10**9, -1.0, 8) == 0.0
@@ -69,6 +70,7 @@ def test_busbw_is_bytes_per_second_times_the_factor() -> None:
     ({"Input Dims": [[2, 3]], "Input type": ["double"]}, 48),
     ({"Input Dims": [[2, 3], [1000]], "Input type": ["long int", "float"]}, 48),
     ({"Input Dims": [[2, 3]]}, 24),  # no type: float
+    ({"Input Dims": [[3]], "Input type": ["Byte"]}, 12),  # a type not in the table: 4 bytes
     ({"Input Dims": [[2, 3]], "Input type": []}, 24),
     ({"Input Dims": [[]], "Input type": ["float"]}, 4),  # a scalar
     ({"Input Dims": [[2, "?"]], "Input type": ["float"]}, 0),

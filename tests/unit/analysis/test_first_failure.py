@@ -60,7 +60,7 @@ def test_headlines_without_frames_or_text() -> None:
     assert evidence("", fault=True) == "rank 0 died of a fatal signal first: no output"
     assert evidence("\n  \n") == "rank 0 failed first: no traceback"
     # only indented lines: the last of them
-    assert evidence("  first\n  second\n") == "rank 0 failed first:   second"
+    assert evidence("  first\n  second\n  third\n") == "rank 0 failed first:   third"
     # the exception line is the last unindented one, not "Traceback ..." nor a later indented note
     assert evidence("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n") == \
         "rank 0 failed first:   File \"x.py\", line 1, in f at x.py:1 in f"
