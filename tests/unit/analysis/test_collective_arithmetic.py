@@ -63,6 +63,9 @@ def test_busbw_is_bytes_per_second_times_the_factor() -> None:
     ({"In msg nelems": 7, "dtype": "Byte"}, 28),  # a dtype not in the table counts 4 bytes
     ({"In msg nelems": 5, "dtype": "uint8"}, 5),
     ({"In msg nelems": 12.0, "dtype": "Half"}, 24),
+    # a count without a dtype: the first input's type (not the list written out, which no size matches)
+    ({"In msg nelems": 10, "Input type": ["c10::BFloat16", "float"]}, 20),
+    ({"In msg nelems": 10, "Input type": []}, 40),
     # counts win over shapes
     ({"In msg nelems": 10, "dtype": "Half", "Input Dims": [[100]], "Input type": ["float"]}, 20),
     # no count (or a zero one): the first input's shape and type
