@@ -246,11 +246,12 @@ def input_numel(args: dict[str, object]) -> int | None:
 def message_bytes(args: dict[str, object]) -> int:
     """Payload of a collective from its event's args (input shapes, or NCCL's counts)."""
     nelems = args.get("In msg nelems")
-    dtype = str(args.get("dtype") or args.get("Input type", [""]) or "")
+    types = args.get("Input type")
+    first_type = types[0] if isinstance(types, list) and types else ""
+    dtype = str(args.get("dtype") or first_type)
     if isinstance(nelems, (int, float)) and nelems:
         return int(nelems) * DTYPE_BYTES.get(dtype.lower(), 4)
     dims = args.get("Input Dims")
-    types = args.get("Input type")
     if isinstance(dims, list) and dims and isinstance(dims[0], list):
         count = 1
         for d in dims[0]:
