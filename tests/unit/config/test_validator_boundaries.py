@@ -283,8 +283,11 @@ CASES: list[tuple[str, Any, str | None]] = [
     ("nodes", "gpu[1-2", ("'gpu[1-2' is not a Slurm hostlist (invalid hostlist 'gpu[1-2': '[' without a matching "
                           "']'); use e.g. gpu[001-064]")),
     ("nodes", "GPU[1-2],Login01", None),
-    ("nodes", "gpu 1", ("'gpu 1' contains ' ', which a hostlist must not carry; use a host name, user@host "
-                        "or host:port")),
+    # a hostlist's fix names what a hostlist holds (not user@host or host:port)
+    ("nodes", "gpu 1", ("'gpu 1' contains ' ', which a hostlist must not carry; use host names and ranges, "
+                        "e.g. gpu[001-064],login01")),
+    ("nodes", "alice@gpu1:22", ("'alice@gpu1:22' contains ':', '@', which a hostlist must not carry; use host "
+                                "names and ranges, e.g. gpu[001-064],login01")),
     ("nodes", "", "expected a non-empty string"),
     ("nodes", 7, "expected a string, got an integer (7)"),
     # environment names and values
