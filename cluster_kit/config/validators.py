@@ -189,6 +189,10 @@ SBATCH_VALUE_CHARS = Charset(r"[A-Za-z0-9_./%@+,:=*&|!()\[\]^~-]",
 HOST_CHARS = Charset(r"[A-Za-z0-9_.@:,%\[\]-]", "a host name, user@host or host:port")
 
 
+# What a Slurm hostlist may hold: host names and bracketed ranges (no user@ or :port).
+HOSTLIST_CHARS = Charset(r"[A-Za-z0-9_.,\[\]-]", "host names and ranges, e.g. gpu[001-064],login01")
+
+
 IFNAME_CHARS = Charset(r"[A-Za-z0-9_.:@=,^-]", "interface names or prefixes, e.g. eth0 or =eth0,eth1")
 
 
@@ -368,7 +372,7 @@ def ib_hca() -> Check:
 def hostlist() -> Check:
     """A Slurm hostlist such as gpu[001-064],login01."""
     def check(value: Any) -> str | None:
-        problem = safe_string(HOST_CHARS, "a hostlist")(value)
+        problem = safe_string(HOSTLIST_CHARS, "a hostlist")(value)
         if problem:
             return problem
         try:
@@ -380,7 +384,7 @@ def hostlist() -> Check:
         except ValueError as exc:
             return f"{quoted_value(value)} is not a Slurm hostlist ({exc}); use e.g. gpu[001-064]"
         return None
-    return Rule(check, {"type": "string", "pattern": r"^[A-Za-z0-9_.,\[\]-]+$"})
+    return Rule(check, {"type": "string", "pattern": HOSTLIST_CHARS.json_pattern()})
 
 
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
