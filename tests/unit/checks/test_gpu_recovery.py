@@ -93,11 +93,13 @@ DRAIN = ("drain the node (`clusterkit audit --drain --apply`, or "
          '`scontrol update nodename=<node> state=drain reason="clusterkit: gpu.recovery_action"`)')
 
 
+
+REBOOT_FIX = (f"{DRAIN}; reboot the node: the driver cannot recover the GPU without it; run `dcgmi diag -r 3` "
+              "before returning it to service")
+
 def test_the_reboot_finding_written_out() -> None:
     finding = recovery(load("gpu-reboot"))
-    assert finding is not None and finding.fix == (
-        f"{DRAIN}; reboot the node: the driver cannot recover the GPU without it; run `dcgmi diag -r 3` before "
-        "returning it to service")
+    assert finding is not None and finding.fix == REBOOT_FIX
 
 
 def test_the_reboot_outranks_a_reset_asked_for_first() -> None:
@@ -105,9 +107,7 @@ def test_the_reboot_outranks_a_reset_asked_for_first() -> None:
     facts = with_action(1, "GPU Reset")
     facts["gpu"]["gpus"][4]["gpu_recovery_action"] = "Node Reboot"
     finding = recovery(facts)
-    assert finding is not None and finding.fix == (
-        f"{DRAIN}; reboot the node: the driver cannot recover the GPU without it; run `dcgmi diag -r 3` before "
-        "returning it to service")
+    assert finding is not None and finding.fix == REBOOT_FIX
 
 
 def test_every_gpu_asking_for_the_action_is_named_and_reset() -> None:
