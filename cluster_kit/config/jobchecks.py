@@ -73,9 +73,14 @@ def _slurm_options(slurm: Mapping[str, Any]) -> list[tuple[tuple[str, ...], Any]
     return [(path, value) for path, value in pairs if value is not None and value is not False]
 
 
+# sbatch(1), --signal: "the signal may be sent up to 60 seconds earlier than specified".
+SIGNAL_EARLY_S = 60
+
+
 def check_grace(job: Mapping[str, Any], profile: Profile | None) -> list[spec.Problem]:
     """`resilience.grace` at or above the job's time limit: the ranks would be told to
-    checkpoint as soon as they start, attempt after attempt."""
+    checkpoint as soon as they start, attempt after attempt; within SIGNAL_EARLY_S of
+    it: Slurm may signal the job as it starts, before its batch script can catch it."""
     resilience = job.get("resilience")
     if not isinstance(resilience, Mapping):
         return []
@@ -83,15 +88,21 @@ def check_grace(job: Mapping[str, Any], profile: Profile | None) -> list[spec.Pr
     assert isinstance(grace_spec, spec.Field)
     grace = resilience.get("grace", grace_spec.default)
     limit = _time_limit(job, profile)
-    if grace_spec.check(grace) is not None or limit is None or grace < limit[0]:
+    if grace_spec.check(grace) is not None or limit is None or grace == 0 or grace + SIGNAL_EARLY_S < limit[0]:
         return []  # a bad grace is the schema's problem, reported at its line
     seconds, source = limit
     given = "grace" in resilience
-    return [(("resilience", "grace") if given else ("resilience",),
-             (f"resilience.grace: {grace}{'' if given else ' (the default)'} is not below the job's time "
-              f"limit of {seconds} seconds ({source}); the ranks would be told to checkpoint as soon as "
-              f"they start; fix: a grace below {seconds} seconds (e.g. grace: {seconds // 2}), or a "
-              "longer time limit"))]
+    where = ("resilience", "grace") if given else ("resilience",)
+    said = f"resilience.grace: {grace}{'' if given else ' (the default)'}"
+    if grace >= seconds:
+        return [(where, (f"{said} is not below the job's time limit of {seconds} seconds ({source}); the ranks "
+                        f"would be told to checkpoint as soon as they start; fix: a grace below {seconds} seconds "
+                        f"(e.g. grace: {seconds // 2}), or a longer time limit"))]
+    smaller = f", or a grace below {seconds - SIGNAL_EARLY_S} seconds" if seconds > SIGNAL_EARLY_S + 1 else ""
+    return [(where, (f"{said} is within {SIGNAL_EARLY_S} seconds of the job's time limit of {seconds} seconds "
+                    f"({source}); Slurm may send the grace signal up to {SIGNAL_EARLY_S} seconds early, as the "
+                    f"job starts, before it can checkpoint; fix: a time limit above {grace + SIGNAL_EARLY_S} "
+                    f"seconds{smaller}"))]
 
 
 def _time_limit(job: Mapping[str, Any], profile: Profile | None) -> tuple[int, str] | None:

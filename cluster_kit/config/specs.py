@@ -383,7 +383,7 @@ DESCRIPTIONS: dict[str, str] = {
     "job.resilience.exclude": ("blamed: restart without the nodes a diagnosis blamed, while enough others remain; "
                                "never: keep them."),
     "job.resilience.grace": ("Seconds before the time limit (and on preemption) the ranks are told to checkpoint: "
-                             "#SBATCH --signal=B:USR1@grace, none with 0. Below the job's time limit."),
+                             "#SBATCH --signal=B:USR1@grace, none with 0. More than 60 s below the job's time limit."),
     "job.resilience.max_time_requeues": ("Requeues at the time limit or on preemption; they are not failures "
                                          "and do not use max_restarts."),
     "job.resilience.checkpoint_dir": ("Created and exported to every rank as CLUSTERKIT_CHECKPOINT_DIR; a relative "

@@ -144,8 +144,27 @@ def test_the_default_grace_beyond_the_profiles_time_is_refused_at_the_block(
     assert validate_files([job], search) == [f"{job}:3: {grace_problem('120 (the default)', 60, source)}"]
 
 
+def test_a_grace_slurm_may_send_as_the_job_starts_is_refused(tmp_path: Path, search: SearchPath) -> None:
+    """sbatch(1): the --signal signal "may be sent up to 60 seconds earlier than specified"; a
+    job of one minute with grace 40 was killed by SIGUSR1 as it started, before its trap."""
+    job = job_file(tmp_path, "time: '00:01:00'\nresilience:\n  grace: 40\n")
+    assert validate_files([job], search) == [
+        (f"{job}:5: resilience.grace: 40 is within 60 seconds of the job's time limit of 60 seconds "
+        "(time: '00:01:00'); Slurm may send the grace signal up to 60 seconds early, as the job starts, "
+        "before it can checkpoint; fix: a time limit above 100 seconds")]
+    job = job_file(tmp_path, "time: '00:02:30'\nresilience: {}\n")
+    assert validate_files([job], search) == [
+        (f"{job}:4: resilience.grace: 120 (the default) is within 60 seconds of the job's time limit of 150 "
+        "seconds (time: '00:02:30'); Slurm may send the grace signal up to 60 seconds early, as the job "
+        "starts, before it can checkpoint; fix: a time limit above 180 seconds, or a grace below 90 seconds")]
+    job = job_file(tmp_path, "time: '00:03:00'\nresilience: {}\n")
+    assert validate_files([job], search) != []        # 120 + 60 is not below 180
+    job = job_file(tmp_path, "time: '00:03:00'\nresilience: {grace: 119}\n")
+    assert validate_files([job], search) == []
+
+
 @pytest.mark.parametrize("text", [
-    "time: '00:02:01'\nresilience: {grace: 120}\n",        # one second to spare
+    "time: '00:03:01'\nresilience: {grace: 120}\n",        # Slurm's 60 s, and one second to spare
     "time: UNLIMITED\nresilience: {grace: 120}\n",         # no limit
     "time: 0\nresilience: {grace: 120}\n",                 # 0 is no limit to sbatch
     "time: 1\nresilience: {grace: 0}\n",                   # no signal at all
