@@ -51,7 +51,6 @@ ERRORS_FIX = ("an NVLink is failing: clear the counters (`nvidia-smi nvlink -re`
               f"the baseboard serviced; {DRAIN} meanwhile")
 
 
-
 def counter_group(kind: str) -> str | None:
     """ "crc_flit" -> "crc", "replay" -> "replay"; None for counters without a threshold."""
     return next((group for group in DEFAULT_NVLINK_THRESHOLDS if kind == group or kind.startswith(group + "_")),

@@ -44,7 +44,6 @@ DEFAULT_THRESHOLDS: dict[str, int] = {
 COUNTERS = tuple(DEFAULT_THRESHOLDS)
 
 
-
 def counter(ref: PortRef, name: str) -> int | None:
     """One counter of a port, None when the kernel does not expose it."""
     try:
