@@ -320,7 +320,7 @@ def exclusive() -> Check:
     def check(value: Any) -> str | None:
         if isinstance(value, bool) or value in ("user", "mcs", "topo"):
             return None
-        return f"{quoted_value(value)} is not valid; use true, false, user, mcs or topo"
+        return f"{_shown(value)} is not valid; use true, false, user, mcs or topo"
     return Rule(check, {"anyOf": [{"type": "boolean"}, {"enum": ["user", "mcs", "topo"]}]})
 
 
@@ -471,7 +471,10 @@ def container_mount() -> Check:
         if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in MOUNT_FLAGS):
             return (f"{quoted_value(value)} is not SRC:DST or SRC:DST:ro (e.g. /scratch:/scratch:ro); "
                     f"flags: {', '.join(MOUNT_FLAGS)}")
-        for part in parts[:2]:
+        for part, role in zip(parts, ("source", "destination")):
+            if not part.strip():
+                return (f"{quoted_value(value)} has no {role} path; write SRC:DST with both "
+                        "paths absolute (e.g. /scratch:/scratch:ro)")
             problem = absolute_path()(part)
             if problem:
                 return problem

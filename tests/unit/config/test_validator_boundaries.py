@@ -146,8 +146,9 @@ CASES: list[tuple[str, Any, str | None]] = [
     ("slurm.exclusive", "mcs", None),
     ("slurm.exclusive", "topo", None),
     ("slurm.exclusive", "USER", "'USER' is not valid; use true, false, user, mcs or topo"),
-    ("slurm.exclusive", 1, "1 is not valid; use true, false, user, mcs or topo"),
-    ("slurm.exclusive", 0, "0 is not valid; use true, false, user, mcs or topo"),
+    ("slurm.exclusive", 1, "an integer (1) is not valid; use true, false, user, mcs or topo"),
+    ("slurm.exclusive", 0, "an integer (0) is not valid; use true, false, user, mcs or topo"),
+    ("slurm.exclusive", None, "empty is not valid; use true, false, user, mcs or topo"),
     # memlock
     ("expect.memlock", 0, None),
     ("expect.memlock", "unlimited", None),
@@ -362,6 +363,10 @@ CASES: list[tuple[str, Any, str | None]] = [
     ("container.mounts", "/a:b:ro", f"'b' {NOT_ABSOLUTE}"),
     ("container.mounts", "/a,:/b", f"'/a,' {NO_COMMA}"),
     ("container.mounts", "/a:/b,c", f"'/b,c' {NO_COMMA}"),
+    ("container.mounts", ":/data", "':/data' has no source path; write SRC:DST with both paths absolute "
+     "(e.g. /scratch:/scratch:ro)"),
+    ("container.mounts", "/scratch: :ro", "'/scratch: :ro' has no destination path; write SRC:DST with both "
+     "paths absolute (e.g. /scratch:/scratch:ro)"),
     ("container.mounts", "", "expected a non-empty string"),
     ("container.mounts", 7, "expected a string, got an integer (7)"),
 ]
