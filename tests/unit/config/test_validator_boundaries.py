@@ -69,6 +69,7 @@ WINDOW_FIX = "use seconds or a duration such as 30m, 24h, 7d"
 TOO_LONG = "is longer than 7d, as far back as the probe reads the kernel log"
 HCA_FIX = "use a device name with an optional port, e.g. mlx5_0:1"
 IMAGE_FIX = "an image is one word: a .sqsh/.sif path or [USER@][REGISTRY#]IMAGE[:TAG]"
+BOTH_SIDES = "write SRC:DST with both paths absolute (e.g. /scratch:/scratch:ro)"
 MOUNT_FIX = "is not SRC:DST or SRC:DST:ro (e.g. /scratch:/scratch:ro); flags: ro, rw"
 NOT_ABSOLUTE = "is not an absolute path; write it from / (e.g. /workspace)"
 NO_COMMA = "contains a comma or a space, which srun's container flags cannot carry"
@@ -363,10 +364,8 @@ CASES: list[tuple[str, Any, str | None]] = [
     ("container.mounts", "/a:b:ro", f"'b' {NOT_ABSOLUTE}"),
     ("container.mounts", "/a,:/b", f"'/a,' {NO_COMMA}"),
     ("container.mounts", "/a:/b,c", f"'/b,c' {NO_COMMA}"),
-    ("container.mounts", ":/data", "':/data' has no source path; write SRC:DST with both paths absolute "
-     "(e.g. /scratch:/scratch:ro)"),
-    ("container.mounts", "/scratch: :ro", "'/scratch: :ro' has no destination path; write SRC:DST with both "
-     "paths absolute (e.g. /scratch:/scratch:ro)"),
+    ("container.mounts", ":/data", f"':/data' has no source path; {BOTH_SIDES}"),
+    ("container.mounts", "/scratch: :ro", f"'/scratch: :ro' has no destination path; {BOTH_SIDES}"),
     ("container.mounts", "", "expected a non-empty string"),
     ("container.mounts", 7, "expected a string, got an integer (7)"),
 ]
