@@ -110,13 +110,14 @@ def test_a_gpu_nvidia_smi_does_not_list_is_named_by_its_index() -> None:
 # ---------------------------------------------------------------- affinity_order (clusterkit init)
 
 def sixteen_gpus() -> dict[str, Any]:
-    """A DGX-2-like board: PCIe switch k holds GPUs 2k and 2k+1 and mlx5_k. The probe prints
-    its facts with sorted keys, so the GPUs arrive as "0", "1", "10", ..., "15", "2", ..."""
+    """A DGX-2-like board of 16 GPUs and 8 HCAs: GPUs 2k and 2k+1 share the PCIe switch of
+    mlx5_(7-k) (the HCAs are numbered the other way round). The probe prints its facts with
+    sorted keys, so the GPUs arrive as "0", "1", "10", ..., "15", "2", ..."""
     facts = load("ib-ok")
     eight = facts["topo"]["gpus"]
     gpus = {}
     for k in range(8):
-        first = copy.deepcopy(eight[str(k)])
+        first = copy.deepcopy(eight[str(7 - k)])   # ib-ok's GPU 7-k sits on mlx5_(7-k)'s switch
         second = copy.deepcopy(first)
         root, switch, port, device = first["path"]          # e.g. 04:01.0, 05:00.0, 06:00.0, 18:00.0
         bus = int(device.split(":")[1], 16) + 1
@@ -129,8 +130,8 @@ def sixteen_gpus() -> dict[str, Any]:
 def test_affinity_order_follows_the_gpu_numbers_not_their_text() -> None:
     facts = sixteen_gpus()
     assert list(facts["topo"]["gpus"])[:3] == ["0", "1", "10"]
-    ports = [f"mlx5_{k}:1" for k in (7, 6, 5, 4, 3, 2, 1, 0)]
-    assert topology.affinity_order(facts, ports) == [f"mlx5_{k}:1" for k in range(8)]
+    ports = [f"mlx5_{k}:1" for k in range(8)]
+    assert topology.affinity_order(facts, ports) == [f"mlx5_{k}:1" for k in (7, 6, 5, 4, 3, 2, 1, 0)]
 
 
 def test_affinity_order_puts_hcas_near_no_gpu_last_and_takes_bare_hca_names() -> None:
