@@ -155,10 +155,10 @@ def check_hca_present(facts: Facts, selection: Selection) -> Finding:
         return failed("rdma.hca_present", f"no RDMA devices: {problem}",
                       "load the RDMA driver (`modprobe mlx5_ib`) and check the cards (`lspci | grep -i mellanox`); "
                       "for a TCP-only cluster set network.fabric: ethernet")
-    present = ", ".join(selection.present) or "none"
     if not selection.present:
         return failed("rdma.hca_present", "no RDMA device under /sys/class/infiniband",
                       "load the RDMA driver (`modprobe mlx5_ib`) or set network.fabric: ethernet")
+    present = ", ".join(selection.present)
     if not selection.missing:
         return passed("rdma.hca_present", f"{plural(len(selection.present), 'HCA')} present: {present}")
     working = [ref for ref in selection.ports if is_active(ref)]
