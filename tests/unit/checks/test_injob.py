@@ -51,6 +51,15 @@ def test_the_source_is_the_bundle_in_base64_lines_of_76() -> None:
     assert {len(line) for line in text.splitlines()[:-1]} == {76}
 
 
+def test_the_bundle_does_not_carry_the_time_it_was_built() -> None:
+    """The generated entry is stamped 1980-01-01, not the clock: two renders of one
+    profile give one script, even across a tick of zip's 2-second clock."""
+    with zipfile.ZipFile(io.BytesIO(injob.build_bundle(PROFILE))) as zf:
+        main = zf.getinfo("__main__.py")
+    assert main.date_time == (1980, 1, 1, 0, 0, 0)
+    assert main.compress_type == zipfile.ZIP_DEFLATED
+
+
 def test_package_files_names_each_file_under_the_package() -> None:
     files = injob._package_files("packaging")
     assert ("packaging/version.py", Path(__import__("packaging").__file__).parent / "version.py") in files
