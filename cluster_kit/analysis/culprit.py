@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .flight_recorder import DEFAULT_GROUP, Collective, RankDump
+from .flight_recorder import DEFAULT_GROUP, Collective, RankDump, group_order
 from .rank_files import ExceptionReport, RankFiles, user_frame
 
 # Errors a rank gets when a peer died: the peer is the one to blame.
@@ -95,7 +95,7 @@ def format_ranks(ranks: Sequence[int]) -> str:
 def find_stuck(dumps: Mapping[int, RankDump]) -> Stuck | None:
     """The hanging group and who is behind in it; None when no rank waits in a collective."""
     best = None
-    for group in sorted({g for d in dumps.values() for g in d.group_names()}, key=_group_key):
+    for group in sorted({g for d in dumps.values() for g in d.group_names()}, key=group_order):
         members = [r for r in sorted(dumps) if group == DEFAULT_GROUP or group in dumps[r].group_names()]
         waiting = {r: c for r, c in ((r, dumps[r].waiting_in(group)) for r in members) if c is not None}
         if waiting and (best is None or (len(waiting), len(members)) > (len(best[2]), len(best[1]))):
@@ -113,10 +113,6 @@ def find_stuck(dumps: Mapping[int, RankDump]) -> Stuck | None:
         if reason:
             behind[rank] = reason
     return Stuck(group, target, at_target, behind)
-
-
-def _group_key(name: str) -> tuple[int, str]:
-    return (int(name), "") if name.isdigit() else (1 << 30, name)
 
 
 def _reason(dump: RankDump, target: Collective, waiting: Sequence[int]) -> str | None:

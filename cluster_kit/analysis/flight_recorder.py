@@ -88,7 +88,7 @@ class RankDump:
 
     def group_names(self) -> tuple[str, ...]:
         names = {e.group for e in self.entries} | {g.group for g in self.groups}
-        return tuple(sorted(names, key=_group_order))
+        return tuple(sorted(names, key=group_order))
 
     def status(self, group: str) -> GroupStatus | None:
         return next((g for g in self.groups if g.group == group), None)
@@ -107,7 +107,8 @@ class RankDump:
         return max([status.last_enqueued if status else -1, *seen])
 
 
-def _group_order(name: str) -> tuple[int, str]:
+def group_order(name: str) -> tuple[int, str]:
+    """Sort key of group names: torch's numbered groups by number, then named ones."""
     return (int(name), "") if name.isdigit() else (1 << 30, name)
 
 
@@ -159,8 +160,13 @@ def _read_recorder(data: Any) -> tuple[tuple[Collective, ...], tuple[GroupStatus
 
 
 def _group_name(entry: dict[str, Any]) -> str:
-    group = entry.get("process_group") or ["", ""]
-    return str(group[0]) if group else ""
+    return _group(entry)[0]
+
+
+def _group(raw: dict[str, Any]) -> tuple[str, str]:
+    """(name, description) of an entry's process group; torch writes [name, desc]."""
+    group = raw.get("process_group") or ["", ""]
+    return str(group[0]), str(group[1]) if len(group) > 1 else ""
 
 
 def _status(name: str, status: dict[str, Any]) -> GroupStatus:
@@ -170,13 +176,12 @@ def _status(name: str, status: dict[str, Any]) -> GroupStatus:
 
 
 def _entry(raw: dict[str, Any]) -> Collective:
-    group = raw.get("process_group") or ["", ""]
+    group, group_desc = _group(raw)
     backend, _, op = str(raw.get("profiling_name") or "").rpartition(":")
     is_p2p = bool(raw.get("is_p2p"))
     seq = raw.get("p2p_seq_id") if is_p2p else raw.get("collective_seq_id")
     return Collective(
-        group=str(group[0]) if group else "",
-        group_desc=str(group[1]) if len(group) > 1 else "",
+        group=group, group_desc=group_desc,
         seq=_int(seq), op=op or "?", backend=backend, state=str(raw.get("state") or ""),
         retired=bool(raw.get("retired")), is_p2p=is_p2p,
         input_sizes=_sizes(raw.get("input_sizes")), output_sizes=_sizes(raw.get("output_sizes")),
