@@ -125,11 +125,17 @@ def _value(text: str) -> Any:
         return text
 
 
+def rank_on_host(straggler: dict[str, Any]) -> str:
+    """"rank 2 (node7)", or "rank 2" for a trace that names no host."""
+    host = straggler["host"]
+    return f"rank {straggler['rank']} ({host})" if host else f"rank {straggler['rank']}"
+
+
 def _straggler(straggler: dict[str, Any] | None) -> dict[str, Any] | None:
     if straggler is None:
         return None
     return {"knob": "straggler", "value": straggler["host"] or f"rank {straggler['rank']}",
-            "why": f"rank {straggler['rank']} ({straggler['host']}) computes {straggler['compute_ms']:.1f} ms "
+            "why": f"{rank_on_host(straggler)} computes {straggler['compute_ms']:.1f} ms "
                    f"per step against a median of {straggler['median_compute_ms']:.1f} ms on the others, and "
                    "every rank waits for it in the all-reduce: check that node (clusterkit probe/audit: "
                    "clocks, throttling) and its input pipeline",

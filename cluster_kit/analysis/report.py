@@ -184,7 +184,7 @@ def format_report(doc: dict[str, Any]) -> str:
              "(COMPUTE + EXPOSED + OTHER = the mean step time)"]
     parts += ["", _collectives_table(doc["ranks"])]
     s = doc["straggler"]
-    parts += ["", f"straggler: rank {s['rank']} ({s['host']}) computes {s['compute_ms']:.2f} ms, "
+    parts += ["", f"straggler: {advice.rank_on_host(s)} computes {s['compute_ms']:.2f} ms, "
                   f"the others' median {s['median_compute_ms']:.2f} ms" if s else "straggler: none"]
     if doc.get("sweep"):
         parts += ["", _sweep_lines(doc)]

@@ -60,8 +60,7 @@ def test_the_straggler_advice_names_its_node() -> None:
 
 def test_a_straggler_without_a_host_is_named_by_its_rank() -> None:
     found = {"rank": 2, "host": "", "compute_ms": 25.5, "median_compute_ms": 10.0}
-    # the sentence keeps its (empty) host as the report's straggler line does
-    assert advice._straggler(found) == {"knob": "straggler", "value": "rank 2", "why": f"rank 2 () {STRAGGLER_WHY}",
+    assert advice._straggler(found) == {"knob": "straggler", "value": "rank 2", "why": f"rank 2 {STRAGGLER_WHY}",
                                         "expected_ms": None, "measured": False}
 
 

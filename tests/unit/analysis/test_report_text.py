@@ -50,6 +50,13 @@ def test_a_plain_run_without_host_straggler_or_advice() -> None:
     assert report.format_report(doc) == "\n".join(lines)
 
 
+def test_a_straggler_whose_trace_names_no_host_is_its_rank_alone() -> None:
+    doc = {"job_id": None, "world_size": 2, "steps": 3, "device": "cpu", "variant": "as-is",
+           "ranks": [RANK_1, RANK_0], "advice": [], "sweep": None,
+           "straggler": {"rank": 1, "host": None, "compute_ms": 7.0, "median_compute_ms": 6.0}}
+    assert "\nstraggler: rank 1 computes 7.00 ms, the others' median 6.00 ms\n" in report.format_report(doc)
+
+
 SWEEP_FAILED_BASE = [
     {"variant": "bucket_cap_mb=5", "step_ms": 9.0, "ranks": 4, "gain_pct": None, "exit_code": 0},
     {"variant": "static_graph", "step_ms": 9.5, "ranks": 4, "gain_pct": None, "exit_code": 1},
