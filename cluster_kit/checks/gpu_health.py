@@ -274,7 +274,8 @@ def describe_xid(event: Mapping[str, Any], gpus: list[Mapping[str, Any]]) -> str
     """ "Xid 79 on GPU 1 (00000000:2A:00.0) 10 min ago: GPU has fallen off the bus."."""
     gpu = gpu_of(event, gpus)
     where = label(gpu) if gpu is not None else f"PCI {event.get('pci')}"
-    return f"Xid {event.get('xid')} on {where} {ago(event.get('age_s'))}: {event.get('text', '')}".rstrip(": ")
+    head = f"Xid {event.get('xid')} on {where} {ago(event.get('age_s'))}"
+    return f"{head}: {event['text']}" if event.get("text") else head
 
 
 def recent_xids(xid: Mapping[str, Any], window_s: int) -> list[Mapping[str, Any]]:

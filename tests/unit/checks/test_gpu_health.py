@@ -529,6 +529,17 @@ def test_an_xid_of_a_gpu_nvidia_smi_no_longer_lists() -> None:
                          "comes back, run `dcgmi diag -r 3` and RMA the GPU")
 
 
+def test_the_kernel_text_of_an_xid_is_kept_to_its_last_character() -> None:
+    """The text ends the line as the kernel wrote it, capital X and colon included;
+    an Xid without text ends at its age."""
+    found = health(xid_facts({"xid": 79, "pci": "0000:18:00", "text": "fallen off: PCI_X", "age_s": 60.0},
+                             {"xid": 48, "pci": "0000:18:00", "text": "DBE at:", "age_s": 120.0},
+                             {"xid": 79, "pci": "0000:18:00", "text": "", "age_s": 180.0}))["gpu.xid"]
+    assert found.message == ("Xid 79 on GPU 0 (00000000:18:00.0) 1 min ago: fallen off: PCI_X; "
+                             "Xid 48 on GPU 0 (00000000:18:00.0) 2 min ago: DBE at:; "
+                             "Xid 79 on GPU 0 (00000000:18:00.0) 3 min ago (within expect.xid_window 24h)")
+
+
 def test_xid_pass_lists_the_other_xids_or_nothing() -> None:
     assert health(load("ib-ok"))["gpu.xid"].message == "no Xid needing a reset in the last 24h (dmesg)"
     found = health(xid_facts({"xid": 31, "pci": "0000:18:00", "age_s": 10.0},
