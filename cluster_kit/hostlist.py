@@ -366,7 +366,10 @@ class NodeSet:
 _DIGIT_RUNS = re.compile(r"(\d+)")
 
 
-def natural_key(name: str) -> tuple[tuple[int, str], ...]:
-    """Natural sort key: `gpu2` before `gpu10`, then by text so the order is total."""
+def natural_key(name: str) -> tuple[str | tuple[int, str], ...]:
+    """Natural sort key: `gpu2` before `gpu10`, then by text so the order is total.
+
+    Text and digit runs alternate from the first part (which may be empty), so two
+    keys compare text with text and numbers with numbers."""
     parts = _DIGIT_RUNS.split(name)
-    return tuple((int(p), p) if i % 2 else (-1, p) for i, p in enumerate(parts))
+    return tuple((int(p), p) if i % 2 else p for i, p in enumerate(parts))

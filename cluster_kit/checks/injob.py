@@ -38,9 +38,9 @@ def build_bundle(profile: dict[str, Any]) -> bytes:
     files += _package_files("packaging")
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        # a fixed time stamp (zip's earliest), not the clock's: the same profile renders
-        # the same job script, whenever it is rendered
-        main = zipfile.ZipInfo("__main__.py", date_time=(1980, 1, 1, 0, 0, 0))
+        # ZipInfo's own time stamp (1980-01-01), not the clock's as writestr(name) takes:
+        # the same profile renders the same job script, whenever it is rendered
+        main = zipfile.ZipInfo("__main__.py")
         zf.writestr(main, MAIN.format(profile=json.dumps(profile, sort_keys=True)),
                     compress_type=zipfile.ZIP_DEFLATED)
         for name, path in files:

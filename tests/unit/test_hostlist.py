@@ -327,6 +327,9 @@ def test_nodeset_is_a_hashable_value() -> None:
     assert NodeSet("n01") != NodeSet("n1")  # zero padding is part of the name
     assert NodeSet("n[1-3]") != "n[1-3]"
     assert len({NodeSet("n[1-3]"), NodeSet("n[3,1-2]"), NodeSet("n[1-2]")}) == 2
+    # equal sets hash alike, and different ones (all but surely) differently
+    assert hash(NodeSet("n[1-3]")) == hash(NodeSet("n[3,1-2]")) != hash(NodeSet("n[1-2]"))
+    assert NodeSet("n[1-3]") <= NodeSet("n[3,1-2]")  # a set is within itself
     assert repr(NodeSet("gpu[01-02]")) == "NodeSet('gpu[01-02]')"
     with pytest.raises(AttributeError):
         NodeSet("n1")._nodes = ("n2",)  # type: ignore[misc]
@@ -346,10 +349,12 @@ def test_nodeset_refuses_what_expand_refuses(expr: str, fragment: str) -> None:
 def test_nodeset_of_refuses_what_fold_refuses() -> None:
     with pytest.raises(ValueError, match="invalid host name 'n\\[1\\]'"):
         NodeSet.of(["ok1", "n[1]"])
-    with pytest.raises(TypeError, match="NodeSet\\(hostlist\\)"):
+    with pytest.raises(TypeError) as one_string:
         NodeSet.of("n[1-2]")
-    with pytest.raises(TypeError, match="NodeSet.of"):
+    assert str(one_string.value) == "NodeSet.of takes node names, not one string; use NodeSet(hostlist)"
+    with pytest.raises(TypeError) as a_list:
         NodeSet(["n1"])  # type: ignore[arg-type]
+    assert str(a_list.value) == "NodeSet takes a hostlist string, not list; use NodeSet.of(names) for node names"
 
 
 def test_nodeset_round_trips_random_hostlists() -> None:
