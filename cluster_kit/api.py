@@ -126,11 +126,17 @@ class Job:
 
     def logs(self, follow: bool = False, poll: float = 1.0) -> Iterator[str]:
         """The job's output, line by line (every task's, each under a `==> ID: PATH <==`
-        line, for an array job). `follow`: keep reading until the job ends, as `logs -f`."""
+        line, for an array job; every attempt's, each under `==> attempt N: job ID: PATH <==`,
+        for a job with `resilience:`). `follow`: keep reading until the job ends (through
+        its restarts), as `logs -f`."""
         from cluster_kit import lifecycle
         from cluster_kit.slurm import jobs
 
         runner = self._get_runner()
+        chain = self._chain(runner, wait=follow, poll=poll)
+        if chain is not None:
+            yield from _lines(_chain_text(runner, chain, follow, poll))
+            return
         offsets: dict[str, int] = {}
         partial: dict[str, str] = {}
         headed: set[str] = set()
@@ -163,6 +169,22 @@ class Job:
         self._app.close()
         self._runner = None
 
+    def _chain(self, runner: Any, wait: bool, poll: float) -> Any:
+        """The chain of attempts of a job with `resilience:` (None for any other job). Its
+        supervisor writes the chain's record as the job starts: `wait` for that while the
+        job is queued, when clusterkit's record says it was submitted with `resilience:`."""
+        from cluster_kit import lifecycle
+        from cluster_kit.lifecycle import records, where_key
+
+        record = records.find(self.id, where_key(runner))
+        supervised = record is not None and bool(record.settings.get("resilience"))
+        while True:
+            info = lifecycle.status_or_record(runner, self.id)
+            chain = lifecycle.find_chain(runner, self.id, info.stdout_path)
+            if chain is not None or not (wait and supervised) or info.finished or info.source == "record":
+                return chain
+            time.sleep(poll)
+
     def _output_paths(self) -> dict[str, str]:
         from cluster_kit.lifecycle import records, where_key
         from cluster_kit.slurm import jobs
@@ -181,6 +203,34 @@ class Job:
         if self._runner is None:
             self._runner = job_runner(self._app, self.profile, self.id)
         return self._runner
+
+
+def _chain_text(runner: Any, chain: Any, follow: bool, poll: float) -> Iterator[str]:
+    """A chain's output as it comes: every attempt's so far, then (`follow`) the newest
+    attempt's through each restart, until the chain ends or its last job ends with no
+    restart after it."""
+    from cluster_kit import lifecycle
+
+    output = lifecycle.ChainOutput(runner)
+    yield output.read(chain, every=True)
+    while follow and chain.final is None:
+        status = lifecycle.status_or_record(runner, chain.current_job_id)
+        chain = lifecycle.read_chain(runner, chain.folder) or chain
+        yield output.read(chain)
+        if (status.finished or status.source == "record") and chain.current_job_id == status.job_id:
+            break  # its supervisor submitted no restart (it is written before the job ends)
+        time.sleep(poll)
+    yield output.read(chain)
+
+
+def _lines(chunks: Iterator[str]) -> Iterator[str]:
+    """Text as it comes, as whole lines (the last one as it ends)."""
+    rest = ""
+    for chunk in chunks:
+        *whole, rest = (rest + chunk).split("\n")
+        yield from (line + "\n" for line in whole)
+    if rest:
+        yield rest
 
 
 def job_runner(app: App, profile: str | None, job_id: str) -> Any:

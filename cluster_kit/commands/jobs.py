@@ -456,53 +456,27 @@ def echo_outputs(runner: Any, paths: dict[str, str], offsets: dict[str, int]) ->
         offsets[task_id] = offsets.get(task_id, 0) + len(chunk.encode())
 
 
-class ChainPrinter:
-    """Prints the output files of a chain's attempts in order, each under a
-    `==> attempt N: job ID: PATH <==` header; later calls go on from the newest file."""
-
-    def __init__(self, runner: Any) -> None:
-        self.runner = runner
-        self.offsets: dict[str, int] = {}
-        self.header: str | None = None
-        self.start = 0
-        self.line_open = False
-
-    def echo(self, chain: Any, every: bool = False) -> None:
-        """Print what each file got since the last call (`every`: a header even for an empty file)."""
-        from cluster_kit.lifecycle import chains
-        from cluster_kit.slurm import jobs
-
-        files = chains.attempt_outputs(chain)
-        for label, path in files[self.start:]:
-            chunk = jobs.read_path(self.runner, path, self.offsets.get(path, 0))
-            header = f"==> {label}: {path} <=="
-            if (chunk or every) and header != self.header:
-                click.echo(("\n" if self.line_open else "") + header)
-                self.header, self.line_open = header, False
-            if chunk:
-                click.echo(chunk, nl=False)
-                self.line_open = not chunk.endswith("\n")
-            self.offsets[path] = self.offsets.get(path, 0) + len(chunk.encode())
-        self.start = max(self.start, len(files) - 1)
-
-
 def chain_logs(runner: Any, chain: Any, follow: bool, launcher: str) -> None:
     """`logs` of a supervised job: every attempt's output; `-f` follows the chain's newest
     attempt, through its restarts, and exits with the chain's exit code."""
     from cluster_kit import lifecycle
 
-    printer = ChainPrinter(runner)
-    printer.echo(chain, every=True)
+    output = lifecycle.ChainOutput(runner)
+
+    def echo(chain: Any, every: bool = False) -> None:
+        click.echo(output.read(chain, every), nl=False)
+
+    echo(chain, every=True)
     if not follow:
         return
     if chain.final is None:
         result = lifecycle.wait(runner, chain.current_job_id, poll=1.0, launcher=launcher, chain=chain,
-                                on_status=lambda _s: printer.echo(lifecycle.read_chain(runner, chain.folder) or chain),
+                                on_status=lambda _s: echo(lifecycle.read_chain(runner, chain.folder) or chain),
                                 on_restart=say_restart, cancel_never_start=False)
         chain = lifecycle.read_chain(runner, chain.folder) or chain
     else:
         result = None
-    printer.echo(chain)  # what the last attempt wrote while it ended
+    echo(chain)  # what the last attempt wrote while it ended
     if result is None:
         result = ended_chain_outcome(runner, chain, launcher)
     click.echo(result.explanation, err=True)

@@ -15,6 +15,7 @@ asked for).
 """
 from cluster_kit.lifecycle.chains import (
                                           Chain,
+                                          ChainOutput,
                                           find_chain,
                                           read_chain,
                                           remember_chain,
@@ -42,6 +43,7 @@ from cluster_kit.lifecycle.submission import (
 __all__ = [
                                           "FORGOTTEN",
                                           "Chain",
+                                          "ChainOutput",
                                           "JobRecord",
                                           "Outcome",
                                           "SubmitRequest",

@@ -255,6 +255,35 @@ def attempt_summaries(chain: Chain) -> list[dict[str, Any]]:
     return [{k: v for k, v in a.items() if k != "stacks"} for a in chain.attempts]
 
 
+class ChainOutput:
+    """What a chain's attempts wrote, attempt after attempt, each file under a
+    `==> attempt N: job ID: PATH <==` line; each `read` goes on from the newest file."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        self.offsets: dict[str, int] = {}
+        self.header: str | None = None
+        self.start = 0
+        self.line_open = False
+
+    def read(self, chain: Chain, every: bool = False) -> str:
+        """What each file got since the last read (`every`: a header even for an empty file)."""
+        text = []
+        files = attempt_outputs(chain)
+        for label, path in files[self.start:]:
+            chunk = jobs.read_path(self.runner, path, self.offsets.get(path, 0))
+            header = f"==> {label}: {path} <=="
+            if (chunk or every) and header != self.header:
+                text.append(("\n" if self.line_open else "") + header + "\n")
+                self.header, self.line_open = header, False
+            if chunk:
+                text.append(chunk)
+                self.line_open = not chunk.endswith("\n")
+            self.offsets[path] = self.offsets.get(path, 0) + len(chunk.encode())
+        self.start = max(self.start, len(files) - 1)
+        return "".join(text)
+
+
 def remember_chain(chain: Chain, where: str) -> None:
     """Keep a small record of each later attempt clusterkit submitted the first job of:
     its id, output and the chain's first job, so that `status`, `logs` and `diagnose` of

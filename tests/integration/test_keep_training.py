@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from jobcli import REPO, clusterkit, job_id_of, shared_dir, write_yaml
+from jobcli import REPO, cli_env, clusterkit, job_id_of, shared_dir, write_yaml
 
 pytestmark = pytest.mark.integration
 
@@ -224,3 +225,32 @@ def test_max_restarts_used_up_ends_the_chain_with_exit_1_and_nothing_queued(
     queued = subprocess.run(["squeue", "-h", "-n", "ck-broken"], capture_output=True, text=True,
                             env=dev_cluster.slurm_env(), check=True).stdout
     assert queued.strip() == ""
+
+
+def test_the_python_api_reads_the_output_of_every_attempt_through_a_restart(
+        dev_cluster: Any, folder: Path, tmp_path: Path) -> None:
+    """A script submits with the Python API and follows the logs of a job whose rank 0
+    raises in its first attempt: each attempt's lines under its own header, the restart's
+    resumed from the checkpoint, to the chain's end."""
+    crashed = job(folder, "ck-api-logs", "--plant", "0:raise:0:6", resilience={"exclude": "never"})
+    code = (f"import json, cluster_kit\njob = cluster_kit.submit({str(crashed)!r}, preflight=False)\n"
+            "print(json.dumps({'id': job.id, 'lines': list(job.logs(follow=True, poll=1))}))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, text=True, capture_output=True, check=False,
+                          env=cli_env(dev_cluster, XDG_STATE_HOME=str(tmp_path), PYTHONPATH=str(REPO)),
+                          timeout=CHAIN_TIMEOUT_S)
+    assert done.returncode == 0 and done.stderr == "", done.stdout + done.stderr
+    out = json.loads(done.stdout.splitlines()[-1])
+    record = chain_record(folder, out["id"])
+    first, second = record["attempts"]
+    assert (first["ended"], second["ended"]) == ("crash", "completed"), record
+    lines = out["lines"]
+    headers = [n for n, line in enumerate(lines) if line.startswith("==> attempt")]
+    assert [lines[n] for n in headers] == [
+        f"==> attempt 0: job {first['slurm_job_id']}: {first['output']} <==\n",
+        f"==> attempt 1: job {second['slurm_job_id']}: {second['output']} <==\n"]
+    before, after = lines[headers[0]:headers[1]], lines[headers[1]:]
+    assert "rank 0: attempt 0 starts at step 0 of 48\n" in before
+    assert "rank 0: planted fault at step 6" in "".join(before)
+    assert any(line.startswith("rank 0: attempt 1 starts at step ") for line in after), after
+    assert after[-1] != "" and "rank 0: trained 48 steps\n" in after
+    assert not any("attempt 1 starts" in line for line in before)

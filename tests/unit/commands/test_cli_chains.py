@@ -15,6 +15,7 @@ from clirun import ck
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lifecycle"))
 from chainrun import ChainCluster, plant_chain, running, save_chain
 
+from cluster_kit.api import Job
 from cluster_kit.app import App
 from cluster_kit.lifecycle import records
 from cluster_kit.slurm.runner import Completed
@@ -96,13 +97,14 @@ def test_logs_print_every_attempt_under_its_header(work: Path, cluster: ChainClu
         "attempt 1 of job 123 starts\nstep 5 loss 0.91 (job 124)\n")
 
 
-def test_logs_follow_the_chain_to_its_end(work: Path, cluster: ChainCluster) -> None:
-    logs = work / "logs"
+def crash_then_restart_fails(cluster: ChainCluster, logs: Path, last_line: str) -> None:
+    """Job 130 crashed and runs again as 131, which writes `last_line` between two polls,
+    fails and ends the chain."""
     data = plant_chain("crash_max_restarts", logs)
     save_chain(logs, running(data, 2))
     cluster.job("130", "failed", output=logs / "train-130.out")
     cluster.job("131", "running", "running", "failed", output=logs / "train-131.out")
-    writes = iter([lambda: (logs / "train-131.out").open("a").write("ValueError: batch 5 has no labels\n"),
+    writes = iter([lambda: (logs / "train-131.out").open("a").write(last_line),
                    lambda: save_chain(logs, data)])
     real_run = cluster.run
 
@@ -111,7 +113,12 @@ def test_logs_follow_the_chain_to_its_end(work: Path, cluster: ChainCluster) -> 
             next(writes, lambda: None)()  # the job writes, then its supervisor ends the chain
         return real_run(argv, stdin, timeout)
 
-    cluster.run = run  # type: ignore[method-assign]  # the job writes between polls
+    cluster.run = run  # type: ignore[method-assign]
+
+
+def test_logs_follow_the_chain_to_its_end(work: Path, cluster: ChainCluster) -> None:
+    logs = work / "logs"
+    crash_then_restart_fails(cluster, logs, "ValueError: batch 5 has no labels\n")
     done = ck("logs", "-f", "130")
     assert done.exit_code == 1, done.stderr
     assert done.stdout.endswith(f"==> attempt 1: job 131: {logs}/train-131.out <==\n"
@@ -119,6 +126,74 @@ def test_logs_follow_the_chain_to_its_end(work: Path, cluster: ChainCluster) -> 
                                 "ValueError: batch 5 has no labels\n")
     assert done.stdout.count("==> attempt 1") == 1
     assert done.stderr.endswith("; after 2 attempts (jobs 130, 131): a crash, and max_restarts (1) are used up\n")
+
+
+def test_the_python_api_reads_every_attempt_under_its_header(work: Path, cluster: ChainCluster) -> None:
+    logs = work / "logs"
+    recovered(cluster, logs)
+    assert list(Job("123").logs()) == [
+        f"==> attempt 0: job 123: {logs}/train-123.out <==\n",
+        "attempt 0 of job 123 starts\n", "step 5 loss 0.91 (job 123)\n",
+        f"==> attempt 1: job 124: {logs}/train-124.out <==\n",
+        "attempt 1 of job 123 starts\n", "step 5 loss 0.91 (job 124)\n"]
+
+
+def test_the_python_api_follows_the_chain_through_its_restart(work: Path, cluster: ChainCluster) -> None:
+    """logs(follow=True) gives the restart's lines once each, its last one (written
+    between two polls) without a newline, as written."""
+    logs = work / "logs"
+    crash_then_restart_fails(cluster, logs, "ValueError: batch 5 has no labels")
+    lines = list(Job("130").logs(follow=True))
+    assert lines[-4:] == [f"==> attempt 1: job 131: {logs}/train-131.out <==\n",
+                          "attempt 1 of job 130 starts\n", "step 5 loss 0.91 (job 131)\n",
+                          "ValueError: batch 5 has no labels"]
+    assert lines[0] == f"==> attempt 0: job 130: {logs}/train-130.out <==\n"
+
+
+def test_the_python_api_waits_for_a_queued_chain_to_start(work: Path, cluster: ChainCluster) -> None:
+    """A job submitted with `resilience:` has no attempts record until its supervisor
+    starts: following it waits for the record rather than reading its file as a plain job's."""
+    logs = work / "logs"
+    data = plant_chain("hang_then_completed", logs)
+    chain_folder = logs / "clusterkit-123"
+    (chain_folder / "attempts.json").unlink()
+    records.save(records.JobRecord(job_id="123", where="local", outputs={"123": str(logs / "train-123.out")},
+                                   settings={"resilience": {"max_restarts": 3}}))
+    cluster.job("123", "pending", "pending", "killed", output=logs / "train-123.out", nodes="n[1-2]")
+    cluster.job("124", "completed", output=logs / "train-124.out", nodes="n[1,3]")
+    polls = iter([None, lambda: save_chain(logs, data)])
+    real_run = cluster.run
+
+    def run(argv: Sequence[str], stdin: str | None = None, timeout: float = 60.0) -> Completed:
+        if argv[0] == "squeue" and argv[2] == "--jobs=123":
+            (next(polls, None) or (lambda: None))()  # the second poll finds it started
+        return real_run(argv, stdin, timeout)
+
+    cluster.run = run  # type: ignore[method-assign]
+    lines = list(Job("123").logs(follow=True))
+    assert lines == [f"==> attempt 0: job 123: {logs}/train-123.out <==\n",
+                     "attempt 0 of job 123 starts\n", "step 5 loss 0.91 (job 123)\n",
+                     f"==> attempt 1: job 124: {logs}/train-124.out <==\n",
+                     "attempt 1 of job 123 starts\n", "step 5 loss 0.91 (job 124)\n"]
+
+
+def test_the_python_api_stops_following_when_the_last_job_ends_without_a_restart(
+        work: Path, cluster: ChainCluster) -> None:
+    """A supervisor killed with its job leaves the record `running`, with no restart
+    after it: following ends with the job, not never."""
+    logs = work / "logs"
+    save_chain(logs, running(plant_chain("hang_then_completed", logs), 1))
+    cluster.job("123", "running", "killed", output=logs / "train-123.out", nodes="n[1-2]")
+    real_run = cluster.run
+
+    def run(argv: Sequence[str], stdin: str | None = None, timeout: float = 60.0) -> Completed:
+        assert len(cluster.calls) < 50, "logs(follow=True) is still polling a job that ended"
+        return real_run(argv, stdin, timeout)
+
+    cluster.run = run  # type: ignore[method-assign]
+    assert list(Job("123").logs(follow=True)) == [
+        f"==> attempt 0: job 123: {logs}/train-123.out <==\n",
+        "attempt 0 of job 123 starts\n", "step 5 loss 0.91 (job 123)\n"]
 
 
 JOB = ("profile: local-dev\nscript: train.py\nnodes: 2\noutput: {logs}/train-%j.out\n"
