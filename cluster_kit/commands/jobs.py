@@ -184,7 +184,8 @@ def sweep_axes(sweeps: tuple[str, ...]) -> dict[str, list[Any]]:
 @set_option
 @click.option("--sweep", "sweeps", multiple=True, metavar="KEY=V1,V2,...",
               help="Run the job once per value (the product of several --sweep) as ONE array job; "
-                   "each task gets its values as --set would, its own MASTER_PORT and output file.")
+                   "each task gets its values as --set would, its own MASTER_PORT and output file. "
+                   "Values holding commas: one YAML list, KEY='[\"a,b\", c]'.")
 @click.option("--max-parallel", type=click.IntRange(min=1), metavar="N",
               help="With --sweep: at most N array tasks at a time (--array=0-K%N).")
 @click.option("--after", "after", multiple=True, metavar="JOBID[:ok|any|notok]",

@@ -24,7 +24,8 @@ SPELLINGS: dict[KeyPath, KeyPath] = {
 }
 
 SET_FIX = "write --set KEY=VALUE with a dotted key of the job file, e.g. --set slurm.time=01:00:00"
-SWEEP_FIX = "write --sweep KEY=V1,V2,... with a dotted key of the job file, e.g. --sweep env.LR=1e-3,3e-4"
+SWEEP_FIX = ("write --sweep KEY=V1,V2,... with a dotted key of the job file, e.g. --sweep env.LR=1e-3,3e-4 "
+             "(values holding commas as one list: --sweep 'args=[[--lr, 1e-3], [--lr, 3e-4]]')")
 
 
 @dataclass(frozen=True)
@@ -75,15 +76,39 @@ def from_mapping(overrides: Mapping[str, Any] | None, what: str = "overrides") -
 
 
 def parse_sweep(text: str) -> tuple[str, list[Any]]:
-    """`KEY=V1,V2,...` of `--sweep`: the key and its values, each read as YAML
-    (a value holding a comma is written in brackets or quotes: `--sweep args=[a,b],[c]`
-    is not supported; sweep such keys from Python)."""
+    """`KEY=V1,V2,...` of `--sweep`: the key and its values, each read as YAML. Values
+    that hold commas are given as one YAML list, `KEY=[V1, V2, ...]`
+    (`--sweep 'env.NCCL_ALGO=["Ring,Tree", Ring]'`, `--sweep 'args=[[--lr, 1e-3], [--lr, 3e-4]]'`)."""
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key or not raw.strip():
         raise InputError(f"--sweep {text!r}: expected KEY=V1,V2,...", fix=SWEEP_FIX)
     key_path(key, f"--sweep {key}")
-    return key, [parse_set(f"{key}={part}", "--sweep").value for part in raw.split(",")]
+    listed, problem = _yaml_list(raw)
+    if listed is not None:
+        if not listed:
+            raise InputError(f"--sweep {key}: {raw.strip()!r} lists no values", fix=SWEEP_FIX)
+        return key, listed
+    try:
+        return key, [parse_set(f"{key}={part}", "--sweep").value for part in raw.split(",")]
+    except InputError:
+        if problem is None:
+            raise
+        raise InputError(f"--sweep {key}: cannot read {raw.strip()!r} as a YAML list of values: {problem}",
+                         fix="write the values as one YAML list, e.g. --sweep 'args=[[--lr, 1e-3], [--lr, 3e-4]]'",
+                         ) from None
+
+
+def _yaml_list(raw: str) -> tuple[list[Any] | None, str | None]:
+    """The values of `[V1, V2, ...]` written as one YAML list, else None and why it is not
+    one when it starts as one (`[a],[b]` is two values, each a list)."""
+    if not raw.strip().startswith("["):
+        return None, None
+    try:
+        value = load_value(raw)
+    except YamlError as exc:
+        return None, exc.problem
+    return (list(value), None) if isinstance(value, list) else (None, None)
 
 
 def sweep_points(axes: Mapping[str, Sequence[Any]], what: str = "--sweep") -> list[dict[str, Any]]:

@@ -3,12 +3,15 @@ nested keys, lists, bad keys and bad values, each reported where it came from.""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import clirun
 import pytest
 from clirun import ck
 
+from cluster_kit.config import overrides
 from cluster_kit.config.search import builtin_dir
+from cluster_kit.errors import InputError
 
 work = clirun.work  # the fixture: an empty folder as cwd and HOME
 
@@ -148,3 +151,32 @@ def test_a_sweep_that_changes_an_sbatch_option_is_refused(job: Path) -> None:
 def test_max_parallel_needs_a_sweep(job: Path) -> None:
     done = ck("submit", str(job), "--dry-run", "--max-parallel", "2")
     assert done.exit_code == 2 and "add --sweep" in done.stderr
+
+
+@pytest.mark.parametrize(("text", "values"), [
+    ("env.LR=1e-3,3e-4", ["1e-3", "3e-4"]),
+    ('env.NCCL_ALGO=["Ring,Tree", Ring]', ["Ring,Tree", "Ring"]),  # one YAML list: values with commas
+    ("args=[[--lr, 1e-3], [--lr, 3e-4]]", [["--lr", "1e-3"], ["--lr", "3e-4"]]),
+    ("args=[a],[b]", [["a"], ["b"]]),  # not one list: two values, each a list
+    ("env.X= [4, 8] ", [4, 8]),
+])
+def test_sweep_values_split_on_commas_or_given_as_one_list(text: str, values: list[Any]) -> None:
+    assert overrides.parse_sweep(text) == (text.split("=", 1)[0], values)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("env.X=[]", "--sweep env.X: '[]' lists no values"),
+    ("env.X=[a, b", ("--sweep env.X: cannot read '[a, b' as a YAML list of values: expected ',' or ']', but got "
+                    "'<stream end>'")),
+])
+def test_a_sweep_list_that_is_empty_or_unclosed_is_refused_whole(text: str, message: str) -> None:
+    with pytest.raises(InputError) as refused:
+        overrides.parse_sweep(text)
+    assert refused.value.message == message
+
+
+def test_a_swept_value_holding_a_comma_reaches_its_task(job: Path) -> None:
+    done = ck("submit", str(job), "--dry-run", "--sweep", 'env.NCCL_ALGO=["Ring,Tree", Ring]')
+    assert done.exit_code == 0, done.stderr
+    assert "#   0: env.NCCL_ALGO=Ring,Tree\n#   1: env.NCCL_ALGO=Ring\n" in done.stdout
+    assert done.stdout.count("export NCCL_ALGO=Ring,Tree\n") == 1
