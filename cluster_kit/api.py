@@ -215,10 +215,14 @@ def _chain_text(runner: Any, chain: Any, follow: bool, poll: float) -> Iterator[
     yield output.read(chain, every=True)
     while follow and chain.final is None:
         status = lifecycle.status_or_record(runner, chain.current_job_id)
-        chain = lifecycle.read_chain(runner, chain.folder) or chain
+        if status.finished or status.source == "record":
+            # once the record says how that job's attempt ended: a restart, or none
+            chain = lifecycle.settled_chain(runner, chain, None, status, time.sleep) or chain
+            if chain.after(status.job_id) is None:
+                break
+        else:
+            chain = lifecycle.read_chain(runner, chain.folder) or chain
         yield output.read(chain)
-        if (status.finished or status.source == "record") and chain.current_job_id == status.job_id:
-            break  # its supervisor submitted no restart (it is written before the job ends)
         time.sleep(poll)
     yield output.read(chain)
 

@@ -59,6 +59,8 @@ class Chain:
     def after(self, job_id: str) -> str | None:
         """The job the chain went on as after `job_id`'s attempt ended; None when it did not."""
         attempt = self.attempt_of(job_id)
+        if attempt is not None and attempt.get("ended") == "preempted" and self.final is None:
+            return job_id  # Slurm requeued it: the chain goes on as the same job
         if attempt is None or attempt.get("ended") == "running" or not attempt.get("next_job_id"):
             return None
         return str(attempt["next_job_id"])
@@ -195,8 +197,10 @@ def restart_line(chain: Chain, job_id: str) -> str:
     ended = attempt.get("ended", "?")
     without = excluded_through(chain, attempt)
     # One by one, as the supervisor's own lines name them, not folded.
+    following = chain.after(job_id)
+    again = "Slurm requeued it as the same job" if following == job_id else f"restarted as job {following}"
     return (f"attempt {attempt.get('attempt', '?')} ended ({ended}{': ' + evidence if evidence else ''}); "
-            f"restarted as job {chain.after(job_id)}" + (f" without {','.join(without)}" if without else ""))
+            f"{again}" + (f" without {','.join(without)}" if without else ""))
 
 
 def excluded_through(chain: Chain, last: dict[str, Any]) -> NodeSet:

@@ -90,7 +90,10 @@ def excludable(culprit, allocated):
 
 
 def next_step(record, ended, culprit, resilience, exit_code, partition=(), needed=0):
-    """{"action": "restart"|"finish", "exclude": [...], "exit_code": N, "why": "..."}.
+    """{"action": "restart"|"requeued"|"finish", "exclude": [...], "exit_code": N, "why": "..."}.
+
+    `requeued`: Slurm requeued the job itself (preemption, `scontrol requeue`), so it
+    runs again as the same job and nothing is submitted.
 
     Call it with the attempt that just ended already in `record` (its `ended` set).
     `partition` (the partition's nodes) and `needed` (the job's node count), when
@@ -106,6 +109,10 @@ def next_step(record, ended, culprit, resilience, exit_code, partition=(), neede
         used, allowed = count(record, REQUEUES), int(resilience["max_time_requeues"])
         if used > allowed:
             return _finish(1, f"{_words(ended)}, and max_time_requeues ({allowed}) are used up")
+        if ended == "preempted":  # Slurm requeued the job itself: it runs again under its own id
+            return {"action": "requeued", "exclude": excluded, "exit_code": exit_code,
+                    "why": f"{_words(ended)}: Slurm requeued the job, which runs again as itself "
+                           f"({used} of max_time_requeues {allowed})"}
         return {"action": "restart", "exclude": excluded, "exit_code": exit_code,
                 "why": f"{_words(ended)}: requeued without blame ({used} of max_time_requeues {allowed})"}
     used, allowed = count(record, FAILURES), int(resilience["max_restarts"])
@@ -130,7 +137,7 @@ def _finish(exit_code, why):
 
 
 WORDS = {"hang": "a hang", "crash": "a crash", "node_failure": "a node failure",
-         "time_limit": "the time limit", "preempted": "preemption"}
+         "time_limit": "the time limit", "preempted": "preemption (or scontrol requeue)"}
 
 
 def _words(ended):

@@ -266,6 +266,9 @@ def run(args):
     folder = os.environ.get("CLUSTERKIT_RECORD_DIR") or record.folder_for(job.get("StdOut", ""), chain_id)
     record.make_private_dir(folder)
     rec = record.load(folder) or record.new_record(chain_id, resilience_of(args))
+    if rec.get("final") and rec["attempts"] and rec["attempts"][-1].get("ended") == "preempted":
+        say(f"the chain of job {chain_id} ended ({rec['final']['why']}): this requeued run does not train")
+        return rec["final"]["exit_code"]
     if not rec["attempts"]:
         rec["start_exclude"] = first_attempt_setup(folder, args, job)
     close_lost_attempts(rec, job_id)
@@ -298,6 +301,8 @@ def run(args):
         code, hang = watched.watch(decide.HangClock(args.world_size, args.hang_timeout, started))
         copier.join(timeout=10)
         ended, blamed = end_of(watched, code, hang)
+        if ended == "cancelled" and requeued_since(job_id, job.get("Restarts", "0")):
+            ended, blamed = "preempted", None
     attempt.update(ended=ended, ended_at=round(time.time(), 3), exit_code=code)
     if blamed:
         attempt["culprit"] = {k: blamed[k] for k in ("ranks", "hosts", "evidence")}
@@ -306,6 +311,17 @@ def run(args):
                             partition_nodes(job),
                             int(job.get("NumNodes", "0").split("-")[0] or 0))
     return finish_attempt(rec, attempt, step, folder, job_id, chain_id)
+
+
+def requeued_since(job_id, restarts):
+    """Whether Slurm requeued the job after the run that saw `restarts` (scontrol's
+    Restarts= counts the requeues; it has gone up by the time the batch script gets
+    SIGTERM, where a cancelled job's has not)."""
+    try:
+        now = show_job(job_id).get("Restarts", "0")
+    except RuntimeError:
+        return False
+    return now.isdigit() and str(restarts).isdigit() and int(now) > int(restarts)
 
 
 def end_of(watched, code, hang):
@@ -325,7 +341,9 @@ def end_of(watched, code, hang):
 
 def finish_attempt(rec, attempt, step, folder, job_id, chain_id):
     attempt["why"] = step["why"]
-    if step["action"] == "restart":
+    if step["action"] == "requeued":
+        pass  # the same job runs again: nothing to submit, and the chain goes on
+    elif step["action"] == "restart":
         attempt["excluded"] = [n for n in step["exclude"] if n not in record.excluded_nodes(rec)]
         rec["exclude"] = step["exclude"]
         try:
@@ -338,6 +356,8 @@ def finish_attempt(rec, attempt, step, folder, job_id, chain_id):
     else:
         rec["final"] = {"ended": attempt["ended"], "exit_code": step["exit_code"], "why": step["why"]}
     record.save(folder, rec)
+    if rec["final"] is not None and attempt["ended"] == "preempted":
+        cancel_requeued(job_id)
     evidence = (attempt.get("culprit") or {}).get("evidence")
     told = f"attempt {attempt['attempt']} ended: {attempt['ended']}"
     if evidence:
@@ -347,6 +367,15 @@ def finish_attempt(rec, attempt, step, folder, job_id, chain_id):
     else:
         say("{}; {}".format(told, (rec["final"] or {}).get("why", step["why"])))
     return step["exit_code"] if rec["final"] is None else rec["final"]["exit_code"]
+
+
+def cancel_requeued(job_id):
+    """The chain ended on a requeue by Slurm: cancel the requeued job (its run, if it
+    starts anyway, reads the record's end and stops at once)."""
+    try:
+        slurm(["scancel", job_id])
+    except RuntimeError as exc:
+        say(f"cannot cancel the requeued job {job_id}: {exc}")
 
 
 def main(argv=None):

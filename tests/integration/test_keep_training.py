@@ -94,6 +94,23 @@ def assert_same_weights(got: Path, reference: Path) -> None:
         assert torch.allclose(mine[key], theirs[key], atol=1e-5, rtol=0), key
 
 
+def training(folder: Path, job_id: str) -> dict[str, Any]:
+    """Once every rank of the first attempt has sent a heartbeat, and a few steps more:
+    the attempts record then."""
+    beats = folder / f"clusterkit-{job_id}" / "attempt-0" / "heartbeat"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and len(list(beats.glob("rank-*"))) < 4:
+        time.sleep(1)
+    time.sleep(3)
+    return json.loads((folder / f"clusterkit-{job_id}" / "attempts.json").read_text())
+
+
+def requeue(dev_cluster: Any, job_id: str) -> None:
+    """What preemption with PreemptMode=REQUEUE does to a running job, by hand."""
+    subprocess.run(["scontrol", "requeue", job_id], env=dev_cluster.slurm_env(), check=True,
+                   capture_output=True, timeout=60)
+
+
 def log_of(folder: Path, attempt: dict[str, Any]) -> str:
     return Path(attempt["output"]).read_text()
 
@@ -169,12 +186,7 @@ def test_the_time_limit_checkpoints_on_the_grace_signal_and_requeues_without_bla
 def test_a_node_failed_mid_job_is_excluded_and_the_job_completes(
         dev_cluster: Any, folder: Path, reference: Path) -> None:
     job_id = submit(dev_cluster, job(folder, "ck-nodefail", step_seconds=0.5))
-    beats = folder / f"clusterkit-{job_id}" / "attempt-0" / "heartbeat"
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and len(list(beats.glob("rank-*"))) < 4:
-        time.sleep(1)
-    time.sleep(3)
-    record = json.loads((folder / f"clusterkit-{job_id}" / "attempts.json").read_text())
+    record = training(folder, job_id)
     victim = second_node(dev_cluster, record["attempts"][0]["nodes"])
     dev = str(REPO / "scripts" / "dev-cluster")
     subprocess.run([dev, "fail", victim], check=True, capture_output=True, timeout=60)
@@ -187,6 +199,42 @@ def test_a_node_failed_mid_job_is_excluded_and_the_job_completes(
     assert first["excluded"] == [victim] and victim not in second["nodes"]
     assert record["attempts"][-1]["ended"] == "completed" and record["final"]["exit_code"] == 0
     assert_same_weights(folder / "ck-nodefail.weights", reference)
+
+
+def test_a_requeue_by_slurm_goes_on_as_the_same_job_without_blame(
+        dev_cluster: Any, folder: Path, reference: Path) -> None:
+    job_id = submit(dev_cluster, job(folder, "ck-requeue", step_seconds=0.5))
+    training(folder, job_id)
+    requeue(dev_cluster, job_id)
+    record = chain_record(folder, job_id)
+    first, second = record["attempts"]
+    assert (first["ended"], first["slurm_job_id"], second["slurm_job_id"]) == ("preempted", job_id, job_id), record
+    assert first["why"] == ("preemption (or scontrol requeue): Slurm requeued the job, which runs again as itself "
+                            "(1 of max_time_requeues 5)")
+    assert not first.get("culprit") and not first.get("excluded") and "next_job_id" not in first
+    assert second["ended"] == "completed" and record["final"]["exit_code"] == 0
+    assert "starts at step 0 " not in log_of(folder, second)  # it resumed from a checkpoint
+    assert_same_weights(folder / "ck-requeue.weights", reference)
+
+
+def test_a_requeue_past_max_time_requeues_ends_the_chain_and_cancels_the_job(
+        dev_cluster: Any, folder: Path) -> None:
+    job_id = submit(dev_cluster, job(folder, "ck-requeue-out", step_seconds=0.5,
+                                     resilience={"max_time_requeues": 0}))
+    training(folder, job_id)
+    requeue(dev_cluster, job_id)
+    record = chain_record(folder, job_id)
+    assert [a["ended"] for a in record["attempts"]] == ["preempted"], record
+    assert record["final"] == {"ended": "preempted", "exit_code": 1,
+                               "why": "preemption (or scontrol requeue), and max_time_requeues (0) are used up"}
+    deadline = time.monotonic() + 120
+    queued = "?"
+    while time.monotonic() < deadline and queued:
+        queued = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True,
+                                env=dev_cluster.slurm_env(), check=False).stdout.strip()
+        time.sleep(1)
+    assert queued == "", f"job {job_id} is still queued after its chain ended: {queued}"
+    assert len(json.loads((folder / f"clusterkit-{job_id}" / "attempts.json").read_text())["attempts"]) == 1
 
 
 def test_a_node_the_in_job_preflight_fails_is_blamed_before_training(

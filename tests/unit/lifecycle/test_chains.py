@@ -13,6 +13,7 @@ from cluster_kit import lifecycle
 from cluster_kit.lifecycle import chains, records
 from cluster_kit.lifecycle.chain_diagnosis import chain_advice
 from cluster_kit.lifecycle.diagnosis import diagnose
+from cluster_kit.supervisor import record
 
 
 @pytest.fixture
@@ -33,6 +34,28 @@ def submitted(job_id: str, logs: Path, resilience: dict | None = None) -> record
 
 
 RESILIENCE = {"max_restarts": 3}
+
+
+def requeued_record(*endings: str, final: dict | None = None) -> chains.Chain:
+    """Job 125's chain, each attempt run as job 125 itself: Slurm requeued it."""
+    attempts = [{"attempt": n, "slurm_job_id": "125", "nodes": "n[1-2]", "ended": ended,
+                 "output": "/scratch/alice/run1/logs/train-125.out"} for n, ended in enumerate(endings)]
+    text = json.dumps({"format": record.FORMAT, "job_id": "125", "attempts": attempts, "final": final,
+                       "resilience": RESILIENCE})
+    chain = chains.parse_chain(text, "/scratch/alice/run1/logs/clusterkit-125")
+    assert chain is not None
+    return chain
+
+
+def test_a_requeue_by_slurm_goes_on_as_the_same_job() -> None:
+    preempted = requeued_record("preempted")
+    assert (preempted.after("125"), preempted.current_job_id) == ("125", "125")
+    assert chains.restart_line(preempted, "125") == "attempt 0 ended (preempted); Slurm requeued it as the same job"
+    assert requeued_record("preempted", "running").after("125") is None  # its new run is the attempt now
+    done = requeued_record("preempted", "completed", final={"ended": "completed", "exit_code": 0, "why": "completed"})
+    assert done.after("125") is None
+    used_up = requeued_record("preempted", final={"ended": "preempted", "exit_code": 1, "why": "..."})
+    assert used_up.after("125") is None
 
 
 def test_a_record_reads_as_the_chain_of_its_jobs(logs: Path) -> None:

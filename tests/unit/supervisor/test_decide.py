@@ -104,6 +104,20 @@ def test_the_time_limit_requeues_without_blame_and_does_not_use_max_restarts() -
         "the time limit, and max_time_requeues (1) are used up"
 
 
+def test_a_requeue_by_slurm_goes_on_as_the_same_job_within_max_time_requeues() -> None:
+    """Preemption or `scontrol requeue`: Slurm runs the job again itself, so nothing is
+    submitted; it counts with the time-limit requeues, without blame."""
+    rec = chain(("hang", ["n2"]), ("preempted", []))
+    step = decide.next_step(rec, "preempted", None, RESILIENCE, 143)
+    assert step == {"action": "requeued", "exclude": ["n2"], "exit_code": 143,
+                    "why": "preemption (or scontrol requeue): Slurm requeued the job, which runs again as "
+                           "itself (1 of max_time_requeues 1)"}
+    rec["attempts"].append({"attempt": 2, "ended": "time_limit"})
+    assert decide.next_step(rec, "preempted", None, RESILIENCE, 143) == {
+        "action": "finish", "exclude": [], "exit_code": 1,
+        "why": "preemption (or scontrol requeue), and max_time_requeues (1) are used up"}
+
+
 @pytest.mark.parametrize("ended, code", [("completed", 0), ("cancelled", 143)])
 def test_completed_and_cancelled_end_the_chain(ended: str, code: int) -> None:
     step = decide.next_step(chain((ended, [])), ended, None, RESILIENCE, code)
