@@ -177,7 +177,7 @@ class Job:
         from cluster_kit.lifecycle import records, where_key
 
         record = records.find(self.id, where_key(runner))
-        supervised = record is not None and bool(record.settings.get("resilience"))
+        supervised = record is not None and record.supervised
         while True:
             info = lifecycle.status_or_record(runner, self.id)
             chain = lifecycle.find_chain(runner, self.id, info.stdout_path)

@@ -195,12 +195,12 @@ def restart_line(chain: Chain, job_id: str) -> str:
     attempt = chain.attempt_of(job_id) or {}
     evidence = (attempt.get("culprit") or {}).get("evidence")
     ended = attempt.get("ended", "?")
-    without = excluded_through(chain, attempt)
-    # One by one, as the supervisor's own lines name them, not folded.
     following = chain.after(job_id)
     again = "Slurm requeued it as the same job" if following == job_id else f"restarted as job {following}"
+    without = excluded_through(chain, attempt)
+    # One by one, as the supervisor's own lines name them, not folded.
     return (f"attempt {attempt.get('attempt', '?')} ended ({ended}{': ' + evidence if evidence else ''}); "
-            f"{again}" + (f" without {','.join(without)}" if without else ""))
+            + again + (f" without {','.join(without)}" if without else ""))
 
 
 def excluded_through(chain: Chain, last: dict[str, Any]) -> NodeSet:

@@ -170,7 +170,7 @@ def settled_chain(runner: Runner, chain: chains.Chain | None, record: records.Jo
         return chains.find_chain(runner, record or status.job_id, status.stdout_path)
 
     found = read()
-    supervised = found is not None or bool(record is not None and record.settings.get("resilience"))
+    supervised = found is not None or (record is not None and record.supervised)
     for _ in range(RECORD_READS if supervised else 0):
         if found is not None and found.ended(status.job_id):
             break

@@ -52,6 +52,11 @@ class JobRecord:
     git_dirty: bool | None = None   # whether that tree had uncommitted changes
     version: int = RECORD_VERSION
 
+    @property
+    def supervised(self) -> bool:
+        """Submitted with `resilience:`: a supervisor runs it and writes its attempts record."""
+        return bool(self.settings.get("resilience"))
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"
 
