@@ -40,6 +40,7 @@ def parse_args(argv):
     parser.add_argument("--tasks-per-node", type=int, required=True)
     parser.add_argument("--max-restarts", type=int, default=3)
     parser.add_argument("--hang-timeout", type=float, default=300.0)
+    parser.add_argument("--startup-timeout", type=float, default=0.0, help="0: max(hang timeout, 600 s)")
     parser.add_argument("--exclude", choices=("blamed", "never"), default="blamed")
     parser.add_argument("--grace", type=int, default=120)
     parser.add_argument("--max-time-requeues", type=int, default=5)
@@ -57,7 +58,8 @@ def parse_args(argv):
 
 
 def resilience_of(args):
-    return {"max_restarts": args.max_restarts, "hang_timeout": args.hang_timeout, "exclude": args.exclude,
+    return {"max_restarts": args.max_restarts, "hang_timeout": args.hang_timeout,
+            "startup_timeout": args.startup_timeout or None, "exclude": args.exclude,
             "grace": args.grace, "max_time_requeues": args.max_time_requeues,
             "checkpoint_dir": args.checkpoint_dir or None}
 
@@ -180,7 +182,7 @@ class Attempt:
                 beat = rank_files.parse_heartbeat(rank_files.read_text(path))
             except (OSError, ValueError):
                 continue
-            clock.observe(rank, beat.steps, beat.time)
+            clock.observe(rank, beat.steps, beat.time, beat.paused_since, beat.resumed_at)
 
     def watch(self, clock):
         """Until the launch exits, or a hang is diagnosed: (exit code, hang or None)."""
@@ -298,7 +300,8 @@ def run(args):
     else:
         started = time.time()
         copier = watched.start()
-        code, hang = watched.watch(decide.HangClock(args.world_size, args.hang_timeout, started))
+        code, hang = watched.watch(decide.HangClock(args.world_size, args.hang_timeout, started,
+                                                    args.startup_timeout or None))
         copier.join(timeout=10)
         ended, blamed = end_of(watched, code, hang)
         if ended == "cancelled" and requeued_since(job_id, job.get("Restarts", "0")):
