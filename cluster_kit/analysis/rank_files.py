@@ -124,7 +124,7 @@ def parse_heartbeat(text: str) -> Heartbeat:
         kind, sep, at = fields[4].partition(":")
         if not sep or kind not in ("paused", "resumed"):
             raise ValueError(f"a heartbeat's fifth field is paused:<time> or resumed:<time>, not {fields[4][:40]!r}")
-        beat = replace(beat, **{"paused_since" if kind == "paused" else "resumed_at": float(at)})
+        beat = replace(beat, paused_since=float(at)) if kind == "paused" else replace(beat, resumed_at=float(at))
     return beat
 
 
