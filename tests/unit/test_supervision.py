@@ -268,7 +268,7 @@ def test_paused_writes_the_heartbeat_at_once_when_it_begins_and_ends(tmp_path: P
     link.pause("checkpoint")
     link.pause("nested")
     inside = parse_heartbeat(path.read_text())
-    assert inside.steps == 1 and inside.paused_since is not None and inside.paused_since >= before
+    assert inside.steps == 1 and inside.paused_since is not None and inside.paused_since >= round(before, 3) - 0.001
     link.resume()
     assert parse_heartbeat(path.read_text()).paused_since == inside.paused_since  # still inside the outer one
     link.resume()
