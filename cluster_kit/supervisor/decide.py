@@ -11,6 +11,8 @@
 - next_step: restart without the blamed nodes, requeue after the time limit, or
   end the chain, within `max_restarts` / `max_time_requeues`.
 """
+import time
+
 from cluster_kit.hostlist import NodeSet
 
 from .record import FAILURES, REQUEUES, count, excluded_nodes
@@ -159,3 +161,31 @@ WORDS = {"hang": "a hang", "crash": "a crash", "node_failure": "a node failure",
 
 def _words(ended):
     return WORDS.get(ended, ended)
+
+
+TIME_SLACK_S = 5.0  # a SIGTERM this close to the job's end time is its time limit
+
+
+def term_cause(state, restarts_before, restarts_now, seconds_left):
+    """Why the batch script got SIGTERM: `requeued` (Slurm requeued the job itself:
+    preemption with PreemptMode=REQUEUE, scontrol requeue), `preempted` (preemption
+    that does not requeue), `time_limit`, or `cancelled`.
+
+    `state`: scontrol's JobState now; `restarts_*`: its Restarts= before the attempt
+    and now; `seconds_left`: to its EndTime (None when unknown).
+    """
+    if str(restarts_now).isdigit() and str(restarts_before).isdigit() and int(restarts_now) > int(restarts_before):
+        return "requeued"
+    if state == "PREEMPTED":
+        return "preempted"
+    if state == "TIMEOUT" or (seconds_left is not None and seconds_left <= TIME_SLACK_S):
+        return "time_limit"
+    return "cancelled"
+
+
+def slurm_time(text):
+    """A Slurm time stamp (`2026-12-05T16:30:00`, local time) as unix time; None if it is not one."""
+    try:
+        return time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
