@@ -149,7 +149,8 @@ def run(args):
     failed = [n for n in args.preflight_failed.split(",") if n]
     if failed:
         say("the in-job preflight failed on {}: training was not started".format(",".join(failed)))
-        code, ended, blamed = 1, *decide.attempt_end(1, failed_nodes=failed)
+        code = 1
+        ended, blamed = decide.attempt_end(code, failed_nodes=failed)
         blamed["evidence"] = "the in-job preflight failed on {} (see its lines above)".format(",".join(failed))
     else:
         code, ended, blamed = watch_attempt(watched, args, job_id, job)
