@@ -159,10 +159,11 @@ class Job:
         yield from (rest for rest in partial.values() if rest)
 
     def cancel(self) -> bool:
-        """scancel the job: True if Slurm cancelled it, False if it had already ended."""
-        from cluster_kit.slurm import jobs
+        """scancel the job (and, for a job with `resilience:`, the job its chain runs as
+        now): True if Slurm cancelled any, False if they had already ended."""
+        from cluster_kit import lifecycle
 
-        return jobs.cancel(self._get_runner(), self.id)
+        return any(cancelled for _, cancelled in lifecycle.cancel(self._get_runner(), self.id))
 
     def close(self) -> None:
         """Close an SSH connection to the login host (reopened when needed)."""

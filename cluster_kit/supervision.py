@@ -9,8 +9,8 @@ ranks only through files in one folder every node sees, ``$CLUSTERKIT_CONTROL_DI
   seconds; a call is a clock read and a compare almost always; :func:`paused` writes
   it at once when a pause begins and ends (``paused:<since>`` / ``resumed:<at>``),
   which stops the supervisor's hang clock for a save or an evaluation;
-* runs one daemon thread that polls the folder: ``stop`` (and SIGUSR1) turn
-  :func:`stop_requested` True; a new id in ``dump-request`` makes the rank write its
+* runs one daemon thread that polls the folder: ``stop`` (and SIGUSR1, or SIGTERM:
+  the time limit, preemption) turn :func:`stop_requested` True; a new id in ``dump-request`` makes the rank write its
   Python stacks, its Flight Recorder history as JSON and then a ``.done`` marker;
 * writes ``exceptions/rank-<RANK>.txt`` on an uncaught exception and lets
   faulthandler write fatal signals to ``faults/rank-<RANK>.txt``.
@@ -218,6 +218,7 @@ class Supervision:
         self._install_excepthook()
         self._enable_faulthandler()
         self._install_sigusr1()
+        self._install_sigterm()
         self._thread = threading.Thread(target=self._watch, name="clusterkit-watcher", daemon=True)
         self._thread.start()
 
@@ -352,16 +353,30 @@ class Supervision:
 
     def _install_sigusr1(self) -> None:
         """SIGUSR1 turns stop_requested() True; a handler set before keeps running."""
+        self._on_signal(signal.SIGUSR1)
+
+    def _install_sigterm(self) -> None:
+        """SIGTERM (the time limit, preemption, scancel: Slurm's SIGKILL follows after
+        KillWait or GraceTime) also turns stop_requested() True, so that the rank can
+        still checkpoint and return; a second SIGTERM ends it as the default would."""
+        self._on_signal(signal.SIGTERM, second_ends=True)
+
+    def _on_signal(self, signum: int, second_ends: bool = False) -> None:
         if threading.current_thread() is not threading.main_thread():
             return  # signal handlers can only be set from the main thread
-        previous = signal.getsignal(signal.SIGUSR1)
+        previous = signal.getsignal(signum)
+        seen: list[int] = []
 
-        def on_usr1(signum: int, frame: Any) -> None:
+        def handler(number: int, frame: Any) -> None:
             self.stop = True
+            seen.append(number)
             if callable(previous):
-                previous(signum, frame)
+                previous(number, frame)
+            elif second_ends and len(seen) > 1 and previous == signal.SIG_DFL:
+                signal.signal(number, signal.SIG_DFL)
+                os.kill(os.getpid(), number)
 
-        signal.signal(signal.SIGUSR1, on_usr1)
+        signal.signal(signum, handler)
 
 
 class _Off:

@@ -44,6 +44,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--weights-out", default="", help="rank 0 writes the final weights here (torch.save)")
     parser.add_argument("--plant", action="append", default=[], type=planted, metavar="ATTEMPT:KIND:RANK:STEP",
                         help="a fault: KIND hang or raise, ATTEMPT a number or any (repeatable)")
+    parser.add_argument("--ignore-stop", action="store_true",
+                        help="never look at stop_requested() (a script not written for clusterkit)")
+    parser.add_argument("--slow-save", type=slow_save, default=(-1, 0.0), metavar="STEP:SECONDS",
+                        help="the checkpoint of STEP takes SECONDS longer (inside ddp.paused)")
     return parser.parse_args()
 
 
@@ -52,6 +56,11 @@ def planted(text: str) -> tuple[str, str, int, int]:
     if kind not in ("hang", "raise") or not (attempt == "any" or attempt.isdigit()):
         raise ValueError(text)
     return attempt, kind, int(rank), int(step)
+
+
+def slow_save(text: str) -> tuple[int, float]:
+    step, seconds = text.split(":")
+    return int(step), float(seconds)
 
 
 def fault_at(plants: list, attempt: int, rank: int, step: int) -> str | None:
@@ -74,15 +83,22 @@ def checkpoint_path() -> str:
     return os.path.join(os.environ.get("CLUSTERKIT_CHECKPOINT_DIR", "."), CHECKPOINT_NAME)
 
 
-def save(model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
-    """Rank 0 writes the checkpoint whole; every rank waits until it is there."""
+def save(model: nn.Module, optimizer: torch.optim.Optimizer, step: int, extra_s: float = 0.0) -> None:
+    """Rank 0 writes the checkpoint whole; every rank waits until it is there. The
+    supervisor's hang clock is paused meanwhile, however long the save takes."""
+    with ddp.paused("checkpoint"):
+        _save(model, optimizer, step, extra_s)
+        dist.barrier()
+
+
+def _save(model: nn.Module, optimizer: torch.optim.Optimizer, step: int, extra_s: float) -> None:
     if dist.get_rank() == 0:
+        time.sleep(extra_s)
         path = checkpoint_path()
         torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict()},
                    path + ".tmp")
         os.replace(path + ".tmp", path)
         print(f"checkpoint: step {step} -> {path}", flush=True)
-    dist.barrier()
 
 
 def resume(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
@@ -96,9 +112,9 @@ def resume(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
     return int(state["step"])
 
 
-def stop_everywhere() -> bool:
-    """True on every rank once any rank was told to stop."""
-    flag = torch.tensor([1.0 if ddp.stop_requested() else 0.0])
+def stop_everywhere(ignore: bool) -> bool:
+    """True on every rank once any rank was told to stop (never with `ignore`)."""
+    flag = torch.tensor([1.0 if ddp.stop_requested() and not ignore else 0.0])
     dist.all_reduce(flag)
     return bool(flag.item())
 
@@ -125,12 +141,12 @@ def main() -> int:
         ddp.heartbeat()
         time.sleep(args.step_seconds)
         done = step + 1
-        if stop_everywhere():
+        if stop_everywhere(args.ignore_stop):
             save(model, optimizer, done)
             print(f"rank {rank}: stopped at step {done} for the time limit", flush=True)
             return 0
         if done % args.checkpoint_every == 0:
-            save(model, optimizer, done)
+            save(model, optimizer, done, args.slow_save[1] if done == args.slow_save[0] else 0.0)
     if rank == 0 and args.weights_out:
         torch.save(model.state_dict(), args.weights_out)
     print(f"rank {rank}: trained {args.steps} steps", flush=True)

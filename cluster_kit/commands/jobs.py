@@ -416,14 +416,14 @@ def _launcher(job_id: str) -> str:
 @login_profile_option
 @pass_app
 def cancel(app: App, job_ids: list[str], profile_ref: str | None) -> None:
-    """Cancel one or more jobs (scancel)."""
-    from cluster_kit.slurm import jobs
+    """Cancel one or more jobs (scancel); a job of a supervised chain cancels the chain."""
+    from cluster_kit import lifecycle
 
     for job_id in job_ids:
-        if jobs.cancel(job_runner(app, profile_ref, job_id), job_id):
-            click.echo(f"cancelled {job_id}")
-        else:
-            click.echo(f"job {job_id} had already ended")
+        for cancelled_id, cancelled in lifecycle.cancel(job_runner(app, profile_ref, job_id), job_id):
+            chain = "" if cancelled_id == job_id else f" (the chain of job {job_id} ran as it)"
+            click.echo(f"cancelled {cancelled_id}{chain}" if cancelled
+                       else f"job {cancelled_id} had already ended")
 
 
 def output_files(runner: Any, job_id: str) -> dict[str, str]:

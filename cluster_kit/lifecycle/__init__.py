@@ -24,6 +24,7 @@ from cluster_kit.lifecycle.chains import (
 from cluster_kit.lifecycle.follow import (
                                           FORGOTTEN,
                                           Outcome,
+                                          cancel,
                                           chain_outcome,
                                           explain_status,
                                           job_outcome,
@@ -49,6 +50,7 @@ __all__ = [
                                           "Outcome",
                                           "SubmitRequest",
                                           "Submitted",
+                                          "cancel",
                                           "chain_diagnosis",
                                           "chain_outcome",
                                           "chains",

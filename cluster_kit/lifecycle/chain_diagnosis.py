@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 # Slurm's word for how a chain ended, once Slurm forgot its last job.
 FINAL_STATES = {"completed": "COMPLETED", "cancelled": "CANCELLED", "time_limit": "TIMEOUT",
                 "preempted": "PREEMPTED", "node_failure": "NODE_FAIL"}
-ATTEMPT_KEYS = ("attempt", "slurm_job_id", "nodes", "ended", "exit_code", "detected_after_s", "culprit",
-                "excluded", "why", "next_job_id", "output", "stacks")
+ATTEMPT_KEYS = ("attempt", "slurm_job_id", "step", "nodes", "started_at", "ended_at", "ended", "exit_code",
+                "detected_after_s", "culprit", "excluded", "released", "why", "next_job_id", "output", "stacks")
 
 
 def diagnose_chain(runner: Runner, chain: Chain, job_id: str) -> dict[str, Any]:

@@ -160,6 +160,20 @@ def wait(runner: Runner, job_id: str, on_status: Callable[[jobs.JobStatus], None
     return result
 
 
+def cancel(runner: Runner, job_id: str) -> list[tuple[str, bool]]:
+    """scancel `job_id`, and when it belongs to a supervised chain that goes on, the job
+    the chain runs (or waits) as now: its supervisor then ends the chain as cancelled.
+    (job id, True if Slurm cancelled it / False if it had already ended) for each."""
+    ids = [job_id]
+    try:
+        chain = chains.find_chain(runner, job_id)
+    except ClusterRefused:
+        chain = None
+    if chain is not None and chain.final is None and chain.current_job_id not in ids:
+        ids.append(chain.current_job_id)
+    return [(i, jobs.cancel(runner, i)) for i in ids]
+
+
 def settled_chain(runner: Runner, chain: chains.Chain | None, record: records.JobRecord | None,
                   status: jobs.JobStatus, sleep: Callable[[float], None] = time.sleep) -> chains.Chain | None:
     """The chain of the job that just ended (`status`), once its record says how that

@@ -20,7 +20,8 @@ from cluster_kit.supervisor import decide, slurmctl
 POLL_S = 1.0
 NODE_POLL_S = 5.0  # how often the allocated nodes' Slurm states are read
 DUMP_WAIT_S = 20.0  # how long the ranks get to answer a dump request
-STOP_WAIT_S = 15.0  # SIGTERM to the launch, then SIGKILL
+STOP_WAIT_S = 15.0  # after its steps were killed, the launch is waited for this long, then killed
+SETTLE_S = 2.0  # after a rank's exception file appeared, before the launch is stopped
 STACK_CHARS = 4000  # of each rank's stack kept in the record
 KEPT_LINES = 400  # srun / slurmstepd lines kept to read how the launch ended
 SLURM_LINE = ("srun:", "slurmstepd", "srun ")
@@ -44,7 +45,8 @@ class Watched:
 class Attempt:
     """One launch under watch."""
 
-    def __init__(self, launch, control, env, nodes, world_size, tasks_per_node):
+    def __init__(self, job_id, launch, control, env, nodes, world_size, tasks_per_node):
+        self.job_id = job_id
         self.launch = launch
         self.control = control
         self.env = env
@@ -120,6 +122,10 @@ class Attempt:
                 if down is not None:
                     self.stop_launch()
                     return Watched("nodes", self.proc.wait(), down)
+            if self.rank_failed():
+                time.sleep(SETTLE_S)  # the others' own files (a peer's timeout is evidence too)
+                self.stop_launch()
+                return Watched("exit", self.proc.wait())
             stalled = [] if self.grace else clock.stalled(now)
             if stalled:
                 say(f"ranks {culprits.format_ranks(stalled)} finished no step for "
@@ -128,6 +134,18 @@ class Attempt:
                 self.stop_launch()
                 return Watched("hang", self.proc.wait(), hang)
             time.sleep(POLL_S)
+
+    def rank_failed(self):
+        """Whether some rank wrote its exception or fault file: it is ending, and srun
+        would otherwise wait for the others until Slurm's KillWait is over."""
+        for kind in ("exceptions", "faults"):
+            for path in rank_files.rank_paths(os.path.join(self.control, kind), ".txt").values():
+                try:
+                    if os.path.getsize(path) > 0:
+                        return True
+                except OSError:
+                    continue
+        return False
 
     def failed_nodes(self, now):
         """The culprit of a node failure Slurm reports for an allocated node, else None."""
@@ -176,13 +194,17 @@ class Attempt:
         return self.nodes[index] if index < len(self.nodes) else ""
 
     def stop_launch(self, wait_s=STOP_WAIT_S):
+        """End the launch at once: SIGKILL to every task of the job's running steps (a
+        hung rank ignores anything gentler), then to the launch itself if it is still
+        there after `wait_s`."""
         if self.proc.poll() is not None:
             return
-        self.proc.send_signal(signal.SIGTERM)
+        slurmctl.kill_steps(self.job_id, slurmctl.running_steps(self.job_id))
         try:
             self.proc.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+            self.proc.wait()
 
     def wait_launch(self, timeout):
         """The launch's exit code once it ended within `timeout`, else None."""

@@ -163,22 +163,19 @@ def _words(ended):
     return WORDS.get(ended, ended)
 
 
-TIME_SLACK_S = 5.0  # a SIGTERM this close to the job's end time is its time limit
-
-
-def term_cause(state, restarts_before, restarts_now, seconds_left):
-    """Why the batch script got SIGTERM: `requeued` (Slurm requeued the job itself:
-    preemption with PreemptMode=REQUEUE, scontrol requeue), `preempted` (preemption
-    that does not requeue), `time_limit`, or `cancelled`.
-
-    `state`: scontrol's JobState now; `restarts_*`: its Restarts= before the attempt
-    and now; `seconds_left`: to its EndTime (None when unknown).
-    """
-    if str(restarts_now).isdigit() and str(restarts_before).isdigit() and int(restarts_now) > int(restarts_before):
+def term_cause(job_before, job_now):
+    """Why the batch script got SIGTERM, from `scontrol show job` before the attempt and
+    at the signal (Slurm 22.05 says COMPLETING for all of them; the cause is elsewhere):
+    `requeued` (Restarts= went up: preemption with PreemptMode=REQUEUE, scontrol
+    requeue; the job runs again as itself), `preempted` (preemption that does not
+    requeue), `time_limit` (Reason=TimeLimit), or `cancelled`."""
+    before, now = str(job_before.get("Restarts", "0")), str(job_now.get("Restarts", "0"))
+    if now.isdigit() and before.isdigit() and int(now) > int(before):
         return "requeued"
-    if state == "PREEMPTED":
+    state, reason = job_now.get("JobState", ""), job_now.get("Reason", "")
+    if state == "PREEMPTED" or reason.startswith("Preempt"):
         return "preempted"
-    if state == "TIMEOUT" or (seconds_left is not None and seconds_left <= TIME_SLACK_S):
+    if state == "TIMEOUT" or reason == "TimeLimit":
         return "time_limit"
     return "cancelled"
 

@@ -145,7 +145,7 @@ def run(args):
     env.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
     say(f"attempt {number} of job {chain_id} on {nodes} (record: {folder})")
 
-    watched = Attempt(args.launch, control, env, slurmctl.hostnames(nodes), args.world_size, args.tasks_per_node)
+    watched = Attempt(job_id, args.launch, control, env, slurmctl.hostnames(nodes), args.world_size, args.tasks_per_node)
     failed = [n for n in args.preflight_failed.split(",") if n]
     if failed:
         say("the in-job preflight failed on {}: training was not started".format(",".join(failed)))
@@ -181,8 +181,7 @@ def signalled(watched, job_id, job):
         now = slurmctl.show_job(job_id)
     except RuntimeError:
         now = {}
-    cause = decide.term_cause(now.get("JobState", ""), job.get("Restarts", "0"), now.get("Restarts", "0"),
-                              slurmctl.seconds_left(now or job))
+    cause = decide.term_cause(job, now)
     if cause == "cancelled" and watched.proc.poll() is None:
         watched.stop_launch()
     say({"requeued": "Slurm requeued the job", "preempted": "the job is preempted",

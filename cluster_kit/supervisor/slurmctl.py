@@ -5,10 +5,8 @@ from the allocation, the script from the record folder after its digest matched.
 """
 import os
 import subprocess
-import time
 
 from cluster_kit.hostlist import NodeSet
-from cluster_kit.supervisor import decide
 
 SLURM_TIMEOUT_S = 60.0
 # The comment a restart is submitted with: how its supervisor finds the chain it goes
@@ -140,7 +138,29 @@ def cancel(job_id):
     slurm(["scancel", job_id])
 
 
-def seconds_left(job, now=None):
-    """Seconds to the job's EndTime (`scontrol show job`'s, local time), None when unknown."""
-    when = decide.slurm_time(job.get("EndTime", ""))
-    return None if when is None else when - (time.time() if now is None else now)
+def parse_steps(text):
+    """`squeue -s -h -o %i` lines -> the numeric step ids (`123.0` -> `0`): the job's sruns."""
+    steps = []
+    for line in text.split():
+        step = line.strip().partition(".")[2]
+        if step.isdigit():
+            steps.append(step)
+    return steps
+
+
+def running_steps(job_id):
+    """The ids of the job's srun steps that Slurm lists now ([] when squeue fails)."""
+    try:
+        return parse_steps(slurm(["squeue", "-s", "-h", "-j", job_id, "-o", "%i"]))
+    except RuntimeError:
+        return []
+
+
+def kill_steps(job_id, steps):
+    """SIGKILL every task of these steps of the job: a rank stuck in a collective
+    ignores anything gentler, and a rank told to stop by SIGTERM would checkpoint."""
+    for step in steps:
+        try:
+            slurm(["scancel", "--signal=KILL", f"{job_id}.{step}"])
+        except RuntimeError:
+            pass  # it ended meanwhile

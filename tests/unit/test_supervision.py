@@ -236,6 +236,35 @@ def test_sigusr1_and_the_stop_file_turn_stop_requested_on(tmp_path: Path) -> Non
     assert out.stdout.split() == ["True", "True"], out.stderr
 
 
+def test_a_first_sigterm_asks_the_rank_to_stop_and_a_second_ends_it(tmp_path: Path) -> None:
+    out = run_rank("""
+        import os, signal, time
+        from cluster_kit import supervision
+        print(supervision.stop_requested(), flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.01)
+        print(supervision.stop_requested(), flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        print("still here")
+    """, tmp_path)
+    assert (out.returncode, out.stdout.split()) == (-15, ["False", "True"]), out.stderr
+
+
+def test_a_sigterm_handler_of_the_script_keeps_running(tmp_path: Path) -> None:
+    out = run_rank("""
+        import os, signal, time
+        signal.signal(signal.SIGTERM, lambda n, f: print("theirs", flush=True))
+        from cluster_kit import supervision
+        supervision.enable_supervision()
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.01)
+        print(supervision.stop_requested())
+    """, tmp_path)
+    assert (out.returncode, out.stdout.split()) == (0, ["theirs", "theirs", "True"]), out.stderr
+
+
 def test_build_steps_beat_by_themselves_once_a_step(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     code = """

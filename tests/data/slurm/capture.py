@@ -6,6 +6,11 @@ debug) reachable through $SLURM_CONF, and no other jobs. Usage:
     SLURM_CONF=... python tests/data/slurm/capture.py basic WORKDIR
     SLURM_CONF=... python tests/data/slurm/capture.py accounting WORKDIR   # needs slurmdbd
     SLURM_CONF=... python tests/data/slurm/capture.py requeued WORKDIR     # needs slurmdbd
+    SLURM_CONF=... python tests/data/slurm/capture.py sigterm WORKDIR      # about 90 s
+
+`sigterm` records what `scontrol show job -o` says inside a batch script at the moment
+its SIGTERM comes: at the time limit, on `scontrol requeue` and on `scancel`
+(`scontrol_show_job_at_sigterm_*.stdout`; the supervisor tells them apart from it).
 
 The `requeued` cases were recorded on a second such cluster, with slurmdbd, whose
 nodes are a1 and a2.
@@ -171,5 +176,31 @@ def requeued(work: Path) -> None:
     save("sacct_requeued_duplicates", [argv[0], "--duplicates", *argv[1:]])
 
 
+SIGTERM_PROBE = """#!/bin/bash
+trap 'scontrol show job -o "$SLURM_JOB_ID" > {out}/$SLURM_JOB_ID.term; sleep 3' TERM
+for i in $(seq 200); do sleep 1 & wait $!; done
+"""
+
+
+def sigterm(workdir: Path) -> None:
+    """Three 1-minute jobs that write scontrol's view at their SIGTERM: one reaches its
+    limit, one is requeued, one cancelled."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    script = workdir / "probe.sh"
+    script.write_text(SIGTERM_PROBE.format(out=workdir))
+    ids = {}
+    for case in ("time_limit", "requeue", "scancel"):
+        ids[case] = slurm.parse_sbatch(subprocess.run(
+            ["sbatch", "--parsable", "-N1", "--time=1", f"--output={workdir}/%j.out", str(script)],
+            capture_output=True, text=True, check=True).stdout)
+    time.sleep(5)
+    subprocess.run(["scontrol", "requeue", ids["requeue"]], check=True)
+    subprocess.run(["scancel", ids["scancel"]], check=True)
+    time.sleep(85)
+    subprocess.run(["scancel", ids["requeue"]], check=False)
+    for case, job_id in ids.items():
+        (HERE / f"scontrol_show_job_at_sigterm_{case}.stdout").write_text((workdir / f"{job_id}.term").read_text())
+
+
 if __name__ == "__main__":
-    {"basic": basic, "accounting": accounting, "requeued": requeued}[sys.argv[1]](Path(sys.argv[2]))
+    {"basic": basic, "accounting": accounting, "requeued": requeued, "sigterm": sigterm}[sys.argv[1]](Path(sys.argv[2]))

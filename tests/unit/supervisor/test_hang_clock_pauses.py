@@ -60,3 +60,30 @@ def test_heartbeat_lines_say_whether_the_rank_is_paused(line: str, paused: float
 def test_a_fifth_field_other_than_a_pause_is_refused(line: str) -> None:
     with pytest.raises(ValueError):
         parse_heartbeat(line)
+
+
+def scontrol_fields(case: str) -> dict[str, str]:
+    """`scontrol show job -o` as the supervisor reads it, recorded at a batch script's SIGTERM."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "data" / "slurm"
+            / f"scontrol_show_job_at_sigterm_{case}.stdout").read_text()
+    fields: dict[str, str] = {}
+    for token in text.split():
+        key, sep, value = token.partition("=")
+        if sep:
+            fields.setdefault(key, value)
+    return fields
+
+
+@pytest.mark.parametrize(("case", "cause"), [("time_limit", "time_limit"), ("requeue", "requeued"),
+                                             ("scancel", "cancelled")])
+def test_why_sigterm_came_is_read_from_slurm_at_the_signal(case: str, cause: str) -> None:
+    now = scontrol_fields(case)
+    assert now["JobState"] == "COMPLETING"  # the same for all three: the cause is elsewhere
+    assert decide.term_cause({"Restarts": "0"}, now) == cause
+
+
+def test_preemption_that_does_not_requeue() -> None:
+    assert decide.term_cause({"Restarts": "0"}, {"JobState": "PREEMPTED", "Restarts": "0"}) == "preempted"
+    assert decide.term_cause({"Restarts": "0"}, {"JobState": "COMPLETING", "Reason": "Preemption"}) == "preempted"
