@@ -13,8 +13,8 @@ import stat
 import subprocess
 import sys
 import textwrap
-import types
 import time
+import types
 from pathlib import Path
 
 import pytest
