@@ -11,7 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from cluster_kit.analysis.culprit import WAITED_FOR, Crash, first_failure
-from cluster_kit.analysis.rank_files import ExceptionReport, read_exceptions, read_failure_files
+from cluster_kit.analysis.rank_files import (
+    ExceptionReport,
+    read_exceptions,
+    read_failure_files,
+)
 from cluster_kit.slurm.outcome import parse_job_output
 from cluster_kit.supervisor import decide, record
 
@@ -159,8 +163,8 @@ def test_a_node_fault_excludes_its_node_and_a_program_error_keeps_the_earlier_ex
     assert (step["exclude"], step["why"]) == (["n2"], "a crash: restart 1 of max_restarts 3 without n2")
     step = chain.attempt(["n1", "n3"], raised_on("n3"))
     assert (step["exclude"], step["why"]) == (
-        ["n2"], "a crash: restart 2 of max_restarts 3 without n2; a program error excludes no node "
-                "(exclude_on: node_faults)")
+        ["n2"], ("a crash: restart 2 of max_restarts 3 without n2; a program error excludes no node "
+                "(exclude_on: node_faults)"))
 
 
 def test_exclude_never_says_nothing_of_exclude_on() -> None:
