@@ -55,7 +55,7 @@ NODE_FAULT = "node"
 PROGRAM_ERROR = "program"
 EXCLUDE_ON = ("node_faults", "any_failure")
 # The culprit's keys kept in the attempts record (stacks and timing go beside it).
-RECORDED = ("ranks", "hosts", "evidence", "kind", "why", "signature", "error", "where")
+RECORDED = ("ranks", "hosts", "evidence", "kind", "why", "signature", "error", "where", "unmatched_hosts")
 
 
 def culprit_of(ranks, hosts, evidence, kind=NODE_FAULT, why=""):
@@ -124,6 +124,20 @@ def task_culprit(task):
 def recorded_culprit(culprit):
     """What of a culprit goes into the attempts record's `culprit`."""
     return {k: culprit[k] for k in RECORDED if k in culprit}
+
+
+def on_slurm_names(culprit, names):
+    """The culprit with its hosts as Slurm names. `names`: host -> Slurm name
+    (slurm.node_names.slurm_names over the allocation's nodes); a host that is none
+    of them is kept apart as `unmatched_hosts`, to be seen and never excluded."""
+    if not culprit:
+        return culprit
+    hosts = culprit.get("hosts", [])
+    named = dict(culprit, hosts=sorted({names[h] for h in hosts if h in names}))
+    unmatched = sorted(h for h in hosts if h not in names)
+    if unmatched:
+        named["unmatched_hosts"] = unmatched
+    return named
 
 
 def excludable(culprit, allocated):

@@ -38,6 +38,8 @@ STDLIB_ONLY = {
     "analysis.culprit": ("cluster_kit.analysis.faults", "cluster_kit.analysis.flight_recorder",
                          "cluster_kit.analysis.rank_files"),
     "slurm.outcome": (),
+    "slurm.builders": ("cluster_kit.slurm.outcome",),
+    "slurm.node_names": ("cluster_kit.slurm.builders",),
     "supervisor": (),
     "supervisor.record": (),
     "supervisor.decide": ("cluster_kit.hostlist", "cluster_kit.supervisor.record"),
