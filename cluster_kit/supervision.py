@@ -12,8 +12,13 @@ ranks only through files in one folder every node sees, ``$CLUSTERKIT_CONTROL_DI
 * runs one daemon thread that polls the folder: ``stop`` (and SIGUSR1, or SIGTERM:
   the time limit, preemption) turn :func:`stop_requested` True; a new id in ``dump-request`` makes the rank write its
   Python stacks, its Flight Recorder history as JSON and then a ``.done`` marker;
-* writes ``exceptions/rank-<RANK>.txt`` on an uncaught exception and lets
-  faulthandler write fatal signals to ``faults/rank-<RANK>.txt``.
+* writes ``exceptions/rank-<RANK>.txt`` on an uncaught exception, then its Flight
+  Recorder beside it (``exceptions/rank-<RANK>.fr.json``, within a few seconds: a
+  rank that failed waiting in a collective shows which one), and lets faulthandler
+  write fatal signals to ``faults/rank-<RANK>.txt``.
+
+Every file names the rank's node as Slurm does (``SLURMD_NODENAME``, set in every
+task), else its host name: the supervisor excludes nodes by their Slurm names.
 
 Without ``CLUSTERKIT_CONTROL_DIR`` every call is a cheap no-op. Files are 0600,
 folders 0700. The module imports only the stdlib: torch's Flight Recorder is read
@@ -44,6 +49,7 @@ INTERVAL_ENV = "CLUSTERKIT_HEARTBEAT_INTERVAL"
 DEFAULT_INTERVAL_S = 1.0
 POLL_S = 0.5  # the watcher's stat of `stop` and `dump-request`
 FR_TIMEOUT_S = 20.0  # a Flight Recorder dump that takes longer is left out, the stack stays
+EXIT_FR_TIMEOUT_S = 5.0  # at an uncaught exception: the process is on its way out, keep it short
 DUMP_FORMAT = "clusterkit.fr/1"
 # A request id names a folder: one token, no path separators, no dot-only names.
 REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
@@ -62,6 +68,16 @@ def rank_from_env(environ: Mapping[str, str] | None = None) -> int:
         if text.isdigit():
             return int(text)
     return 0
+
+
+def node_from_env(environ: Mapping[str, str] | None = None) -> str:
+    """This rank's node: ``SLURMD_NODENAME`` (Slurm's name for it), else the host name.
+
+    On many clusters a node's host name is not its Slurm name (an FQDN, a cloud
+    name); only the Slurm name can be excluded from the next attempt.
+    """
+    env = os.environ if environ is None else environ
+    return env.get("SLURMD_NODENAME", "").strip() or socket.gethostname()
 
 
 def interval_from_env(environ: Mapping[str, str] | None = None) -> float:
@@ -118,7 +134,7 @@ class Supervision:
         self.control_dir = control_dir
         self.rank = rank
         self.interval_s = interval_s
-        self.host = host or socket.gethostname()
+        self.host = host or node_from_env()
         self.pid = os.getpid()
         self.poll_s = poll_s
         self.steps = 0
@@ -294,8 +310,13 @@ class Supervision:
         finally:
             os.close(fd)
 
-    def flight_recorder(self) -> dict[str, Any]:
-        """Each Flight Recorder of this process as parsed JSON, with who wrote it."""
+    def flight_recorder(self, timeout_s: float = FR_TIMEOUT_S) -> dict[str, Any]:
+        """Each Flight Recorder of this process as parsed JSON, with who wrote it.
+
+        The recorders together get `timeout_s`; one that has not answered by then
+        is named in ``errors``.
+        """
+        deadline = time.monotonic() + timeout_s
         out: dict[str, Any] = {
             "format": DUMP_FORMAT, "rank": self.rank, "host": self.host, "pid": self.pid,
             "steps": self.steps, "time": round(time.time(), 3), "recorders": {}, "errors": {},
@@ -309,7 +330,8 @@ class Supervision:
             if dumper is None:
                 continue
             try:
-                out["recorders"][name] = json.loads(_call_with_timeout(dumper, FR_TIMEOUT_S))
+                left = max(0.0, deadline - time.monotonic())
+                out["recorders"][name] = json.loads(_call_with_timeout(dumper, left))
             except Exception as exc:  # noqa: BLE001 - one recorder failing keeps the others
                 out["errors"][name] = f"{function}: {exc}"
         return out
@@ -330,13 +352,22 @@ class Supervision:
 
     def write_exception(self, kind: type[BaseException], value: BaseException,
                         tb: TracebackType | None) -> None:
-        """``exceptions/rank-<RANK>.txt``: rank, host, pid, time, then the traceback."""
+        """``exceptions/rank-<RANK>.txt`` (rank, host, pid, time, then the traceback),
+        then ``exceptions/rank-<RANK>.fr.json``, this rank's Flight Recorder.
+
+        The traceback goes first: it matters most, and the dump may take seconds.
+        A rank that failed because a peer did not come (a collective timeout, a
+        closed connection) shows in its dump which collective it waited in, which
+        tells the supervisor whom it waited for.
+        """
         header = header_text({"rank": self.rank, "host": self.host, "pid": self.pid,
                               "steps": self.steps, "time": f"{time.time():.3f}"})
         text = header + "".join(traceback.format_exception(kind, value, tb))
         try:
             _make_dir(self.path("exceptions"))
             write_private(self.path("exceptions", f"rank-{self.rank}.txt"), text.encode())
+            dump = self.flight_recorder(EXIT_FR_TIMEOUT_S)
+            write_private(self.path("exceptions", f"rank-{self.rank}.fr.json"), json.dumps(dump).encode())
         except OSError as exc:
             _log_once(f"cannot write the exception file of rank {self.rank}: {exc}")
 
@@ -420,7 +451,7 @@ def _call_with_timeout(function: Callable[[], bytes], timeout_s: float) -> bytes
     helper.start()
     helper.join(timeout_s)
     if not result:
-        raise TimeoutError(f"no answer in {timeout_s:.0f} s")
+        raise TimeoutError(f"no answer in {round(timeout_s, 1):g} s")
     if isinstance(result[0], BaseException):
         raise result[0]
     return result[0]
@@ -443,7 +474,7 @@ def enable_supervision(environ: Mapping[str, str] | None = None) -> Supervision 
 
 
 def _start(folder: str, env: Mapping[str, str]) -> Any:
-    link = Supervision(folder, rank_from_env(env), interval_from_env(env))
+    link = Supervision(folder, rank_from_env(env), interval_from_env(env), node_from_env(env))
     try:
         link.start()
     except OSError as exc:

@@ -11,28 +11,43 @@ blamed rank comes with the innermost frame of its stack in the user's code:
 
     rank 3 is not in all_reduce #12 that ranks 0-2 wait in; its stack: train.py:88 in load_batch
 
-A crash: the first rank to fail, from the exception and fault files. A rank whose
-error only says that a peer went away (a closed connection, an aborted
-communicator) failed because of another one, so it comes after every rank that
-failed by itself.
+A crash: the first rank to fail by itself, from the exception and fault files, with
+whose fault it is (faults.py: the node's, or the program's with the error's
+signature). A rank whose error only says that a peer did not come or went away (a
+collective timeout, a closed connection, an aborted communicator, or an abort by
+NCCL's watchdog while its Flight Recorder shows it waiting) failed because of another
+one. When every rank that failed is such a victim, the Flight Recorder dumps taken
+as they failed tell whom they waited for, as in a hang: the rank not in the
+collective the others failed in, or one that wrote nothing at all while the others
+waited (a hang the collective timeout ended):
+
+    rank 3 (n2) is not in all_reduce #11 that ranks 0-2 waited in: it wrote no
+    exception and no Flight Recorder dump; ranks 0-2 failed waiting, rank 0 first: ...
+
+Without such evidence, the victim that failed first is named, as before.
 
 Stdlib only, Python 3.8+: the job's supervisor runs this from a zip app.
 """
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from .faults import (
+    NODE,
+    PEER,
+    PROGRAM,
+    Signature,
+    Verdict,
+    classify,
+    error_signature,
+    headline,
+)
 from .flight_recorder import DEFAULT_GROUP, Collective, RankDump, group_order
 from .rank_files import ExceptionReport, RankFiles, user_frame
 
-# Errors a rank gets when a peer died: the peer is the one to blame.
-PEER_ERROR = re.compile(
-    r"Connection closed by peer|Connection reset by peer|Broken pipe|communicator was aborted"
-    r"|NCCL communicator|DistNetworkError|remote worker crash|failed to recv|ECONNRESET",
-    re.IGNORECASE)
+WAITED_FOR = "the others timed out waiting for it in a collective (a hang, which the node is blamed for)"
 
 
 @dataclass(frozen=True)
@@ -72,13 +87,24 @@ class Stuck:
 
 @dataclass(frozen=True)
 class Crash:
-    """The first rank to fail and its last lines."""
+    """The rank to blame for a crash, its last lines, and whose fault it is.
+
+    `kind` is ``node`` or ``program`` (faults.py); `why` the rule that said so;
+    `signature` a program error's (None for a node fault). `ranks` and `hosts` name
+    every blamed rank and its known host, `rank` and `host` the first of them.
+    `time` is when the failure showed: the first failing rank's exception or fault.
+    """
 
     rank: int
     host: str
     time: float | None
     last_lines: tuple[str, ...]
     evidence: str
+    kind: str = NODE
+    why: str = ""
+    signature: Signature | None = None
+    ranks: tuple[int, ...] = ()
+    hosts: tuple[str, ...] = ()
 
 
 def format_ranks(ranks: Sequence[int]) -> str:
@@ -183,24 +209,142 @@ def _nobody(files: Mapping[int, RankFiles], stuck: Stuck | None) -> str:
     return f"no rank is behind: {told} and no rank waits in a collective"
 
 
-def first_failure(reports: Sequence[ExceptionReport]) -> Crash | None:
-    """The rank that failed first (one failing by itself before one that lost a peer)."""
+def first_failure(reports: Sequence[ExceptionReport], failed: Mapping[int, RankFiles] | None = None,
+                  world_size: int | None = None) -> Crash | None:
+    """The rank to blame for a crash, from the ranks' exception and fault files.
+
+    `failed`: each rank's heartbeat and the Flight Recorder dump taken as it failed
+    (rank_files.read_failure_files); `world_size` makes a rank that wrote nothing
+    count as silent. The first rank that failed by itself is blamed; when every
+    rank only failed waiting for others, the one(s) they waited for.
+    """
     if not reports:
         return None
-    first = min(reports, key=lambda r: (bool(PEER_ERROR.search(r.text)),
-                                        r.time if r.time is not None else float("inf"), r.rank))
-    frames = first.frames()
+    files = dict(failed or {})
+    firsts = _first_per_rank(reports)
+    verdicts = {r.rank: _verdict(r, files.get(r.rank)) for r in firsts}
+    own = [r for r in firsts if verdicts[r.rank].kind != PEER]
+    if own:
+        first = min(own, key=_when)
+        return _crash(first, verdicts[first.rank])
+    victims = sorted(firsts, key=_when)
+    waited = _waited_for(victims, files, world_size)
+    if waited is not None:
+        return waited
+    first = victims[0]
+    return _crash(first, Verdict(NODE, f"{verdicts[first.rank].why}; whom it waited for is not known"))
+
+
+def _when(report: ExceptionReport) -> tuple[float, int]:
+    return (report.time if report.time is not None else float("inf"), report.rank)
+
+
+def _first_per_rank(reports: Sequence[ExceptionReport]) -> list[ExceptionReport]:
+    """Each rank's first failure: a fault after its own exception (a process that
+    aborts on its way out, as after a CUDA error) is that exception's aftermath."""
+    first: dict[int, ExceptionReport] = {}
+    for report in sorted(reports, key=lambda r: (_when(r), r.fault)):
+        first.setdefault(report.rank, report)
+    return list(first.values())
+
+
+def _verdict(report: ExceptionReport, files: RankFiles | None) -> Verdict:
+    """classify, and a watchdog's abort: a rank aborted (SIGABRT) while its
+    Flight Recorder shows it waiting in a collective was taken down by the watchdog
+    of its process group, for a peer that did not come."""
+    verdict = classify(report)
+    dump = files.dump if files is not None else None
+    if report.fault and "Aborted" in headline(report) and dump is not None:
+        waiting = next((c for c in (dump.waiting_in(g) for g in dump.group_names()) if c is not None), None)
+        if waiting is not None:
+            return Verdict(PEER, f"aborted while waiting in {waiting.describe()} (its watchdog)")
+    return verdict
+
+
+def _crash(report: ExceptionReport, verdict: Verdict) -> Crash:
+    """The crash of the rank that failed by itself (or, without better evidence, first)."""
+    frames = report.frames()
     where = f" at {user_frame(frames).short()}" if frames else ""
-    what = "died of a fatal signal" if first.fault else "failed"
-    host = f" ({first.host})" if first.host else ""
-    evidence = f"rank {first.rank}{host} {what} first: {_headline(first)}{where}"
-    return Crash(first.rank, first.host, first.time, first.last_lines(), evidence)
+    what = "died of a fatal signal" if report.fault else "failed"
+    host = f" ({report.host})" if report.host else ""
+    evidence = f"rank {report.rank}{host} {what} first: {headline(report)}{where}"
+    signature = error_signature(report) if verdict.kind == PROGRAM else None
+    return Crash(report.rank, report.host, report.time, report.last_lines(), evidence, verdict.kind,
+                 verdict.why, signature, (report.rank,), (report.host,) if report.host else ())
 
 
-def _headline(report: ExceptionReport) -> str:
-    """The exception line of a traceback (its last unindented line), or a fault's first line."""
-    lines = [line for line in report.text.splitlines() if line.strip()]
-    if report.fault:
-        return lines[0] if lines else "no output"
-    unindented = [line for line in lines if not line[0].isspace() and not line.startswith("Traceback")]
-    return (unindented[-1] if unindented else lines[-1] if lines else "no traceback")[:300]
+def _waited_for(victims: Sequence[ExceptionReport], files: Mapping[int, RankFiles],
+                world_size: int | None) -> Crash | None:
+    """The rank(s) the failed ones waited for, from the dumps taken as they failed."""
+    dumps = {r: f.dump for r, f in files.items() if f.dump is not None}
+    stuck = find_stuck_at_failure(dumps)
+    if stuck is None:
+        return None
+    failed = {v.rank for v in victims}
+    expected = range(world_size) if world_size else sorted(set(files) | failed)
+    reasons = dict(stuck.behind)
+    others = f"{stuck.target.describe()} that {_ranks_word(stuck.waiting)} waited in"
+    for rank in expected:
+        if rank not in dumps and rank not in failed:
+            reasons[rank] = f"is not in {others}: it wrote no exception and no Flight Recorder dump"
+    reasons.update(_late(dumps, stuck, victims[0]))
+    if not reasons:
+        return None
+    blamed = sorted(reasons)
+    hosts = {r: (files[r].host if r in files else "") for r in blamed}
+    said = "; ".join(f"rank {r}{f' ({hosts[r]})' if hosts[r] else ''} {reasons[r]}" for r in blamed)
+    first = victims[0]
+    evidence = (f"{said}; {_ranks_word(sorted(failed))} failed waiting, rank {first.rank} first: "
+                f"{headline(first)}")
+    return Crash(blamed[0], hosts[blamed[0]], first.time, first.last_lines(), evidence, NODE, WAITED_FOR,
+                 None, tuple(blamed), tuple(sorted({h for h in hosts.values() if h})))
+
+
+def _late(dumps: Mapping[int, RankDump], stuck: Stuck, first: ExceptionReport) -> dict[int, str]:
+    """Ranks that entered the collective only after the first victim had failed in
+    it: the others waited for them (their clocks are the nodes', synchronised)."""
+    if first.time is None:
+        return {}
+    late = {}
+    for rank in stuck.waiting:
+        entered = next((c for c in dumps[rank].entries if (c.group, c.seq, c.op) ==
+                        (stuck.target.group, stuck.target.seq, stuck.target.op)), None)
+        if entered is not None and entered.created_ns / 1e9 > first.time:
+            after = entered.created_ns / 1e9 - first.time
+            late[rank] = (f"entered {stuck.target.describe()} {after:.1f} s after rank {first.rank} "
+                          "failed waiting in it")
+    return late
+
+
+def find_stuck_at_failure(dumps: Mapping[int, RankDump]) -> Stuck | None:
+    """Where the ranks were when they failed, from dumps taken at that moment.
+
+    NCCL's dump at its timeout still shows the collective waited in (find_stuck).
+    Gloo retires a collective that failed as one that finished, so there the last
+    collective each rank entered counts: the one most entered (the later on a tie)
+    is the one they waited in; a rank whose last one is older, or another
+    collective of the same number, is behind.
+    """
+    stuck = find_stuck(dumps)
+    if stuck is not None:
+        return stuck
+    best = None
+    for group in sorted({g for d in dumps.values() for g in d.group_names()}, key=group_order):
+        last = {r: c for r, c in ((r, d.last_entered(group)) for r, d in sorted(dumps.items())) if c is not None}
+        if last and (best is None or len(last) > len(best[1])):
+            best = (group, last)
+    if best is None:
+        return None
+    group, last = best
+    counts = Counter((c.seq, c.op) for c in last.values())
+    key = max(counts, key=lambda k: (counts[k], k[0]))
+    target = next(c for c in last.values() if (c.seq, c.op) == key)
+    waiting = tuple(r for r, c in last.items() if (c.seq, c.op) == key)
+    others = f"{target.describe()} that {_ranks_word(waiting)} waited in"
+    behind = {}
+    for rank, entered in last.items():
+        if entered.seq == target.seq and entered.op != target.op:
+            behind[rank] = f"is in {entered.describe()}, not in {others}"
+        elif entered.seq < target.seq:
+            behind[rank] = f"is not in {others}; its last collective was {entered.describe()}"
+    return Stuck(group, target, waiting, behind)

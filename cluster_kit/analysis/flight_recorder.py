@@ -4,7 +4,10 @@ A dump is what ``torch._C._distributed_c10d._dump_fr_trace_json`` (gloo and othe
 CPU backends) or ``_dump_nccl_trace_json`` (NCCL) returns, or the file a supervised
 rank writes on a dump request: ``{"format": "clusterkit.fr/1", "rank": 3,
 "recorders": {"fr": <torch's JSON>, "nccl": <torch's JSON>}, ...}``. Both read the
-same way here.
+same way here. So does the file NCCL's watchdog writes by itself on a timeout
+(``TORCH_NCCL_DUMP_ON_TIMEOUT``, to ``TORCH_FR_DUMP_TEMP_FILE`` + rank): the same
+content as a pickle (protocol 2, plain dicts, lists, strings and numbers), read by
+an unpickler that refuses every class and function a pickle could name.
 
 What torch writes and what this reader relies on (torch 2.11 and 2.13):
 
@@ -25,7 +28,9 @@ Stdlib only, Python 3.8+: the job's supervisor runs this from a zip app.
 """
 from __future__ import annotations
 
+import io
 import json
+import pickle
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +105,15 @@ class RankDump:
                 return entry
         return None
 
+    def last_entered(self, group: str) -> Collective | None:
+        """The group's collective this rank entered last (finished or not), or None.
+
+        A collective that failed (gloo's timeout) is retired like one that finished:
+        at an exception, the last one entered is where the rank waited.
+        """
+        entered = [e for e in self.entries if e.group == group and not e.is_p2p]
+        return max(entered, key=lambda e: e.seq) if entered else None
+
     def last_enqueued(self, group: str) -> int:
         """The group's last collective this rank entered (-1: none)."""
         status = self.status(group)
@@ -118,6 +132,34 @@ def parse_dump(text: str, rank: int | None = None) -> RankDump:
         data = json.loads(text)
     except ValueError as exc:
         raise DumpError(f"not JSON: {exc}") from None
+    return _from_data(data, rank)
+
+
+def parse_dump_bytes(raw: bytes, rank: int | None = None) -> RankDump:
+    """A dump file's bytes: torch's pickle (what NCCL's watchdog writes) or JSON text."""
+    if raw[:1] != PICKLE_START:
+        return parse_dump(raw.decode("utf-8", "replace"), rank)
+    try:
+        data = _PlainUnpickler(io.BytesIO(raw)).load()
+    except DumpError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any malformed pickle is just not a dump
+        raise DumpError(f"not a readable pickle: {exc!r}") from None
+    return _from_data(data, rank)
+
+
+PICKLE_START = b"\x80"  # the PROTO opcode that begins a pickle of protocol 2 and later
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Builds only dicts, lists, tuples, strings and numbers: naming any class or
+    function (the only way a pickle runs code) is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise DumpError(f"a Flight Recorder pickle names {module}.{name}; only plain data is read")
+
+
+def _from_data(data: Any, rank: int | None) -> RankDump:
     if not isinstance(data, dict):
         raise DumpError(f"a Flight Recorder dump is a JSON object, not {type(data).__name__}")
     if data.get("format") == WRAPPER_FORMAT:

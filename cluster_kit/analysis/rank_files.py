@@ -3,8 +3,11 @@
 ``heartbeat/rank-<R>``: ``<steps> <unix_time> <host> <pid>``. ``dumps/<id>/rank-<R>.stack``:
 ``key: value`` header lines (rank, host, pid, steps, time, main_thread), a blank line,
 then faulthandler's dump of every thread. ``exceptions/rank-<R>.txt``: the same kind of
-header, then the traceback. ``faults/rank-<R>.txt``: what faulthandler wrote on a fatal
-signal (empty when none came). docs/architecture.md, "Supervised ranks", has the contract.
+header, then the traceback; ``exceptions/rank-<R>.fr.json``: the rank's Flight Recorder
+at that moment. ``faults/rank-<R>.txt``: what faulthandler wrote on a fatal signal
+(empty when none came). ``nccl-dumps/rank-<R>``: NCCL's watchdog's own dump on a
+timeout, where :func:`nccl_dump_prefix` points it. docs/architecture.md, "Supervised
+ranks", has the contract.
 
 Stdlib only, Python 3.8+: the job's supervisor runs this from a zip app.
 """
@@ -14,7 +17,7 @@ import os
 import re
 from dataclasses import dataclass, replace
 
-from .flight_recorder import DumpError, RankDump, parse_dump
+from .flight_recorder import DumpError, RankDump, parse_dump, parse_dump_bytes
 
 RANK_FILE = re.compile(r"rank-(\d{1,7})(\.[a-z.]+)?\Z")
 # faulthandler: `Thread 0x00007f... (most recent call first):` (`Current thread` for the caller)
@@ -24,6 +27,7 @@ FRAME_LINE = re.compile(r'\s+File "(?P<path>.*)", line (?P<line>\d+),? in (?P<fu
 # Frames of Python itself, of installed packages and of clusterkit are not the user's code.
 LIBRARY_PATH = re.compile(r"(^<)|/site-packages/|/dist-packages/|/lib/python3\.\d+/|/cluster_kit/")
 MAX_FILE_BYTES = 4 << 20  # dumps are KBs; anything bigger is read only this far
+NCCL_DUMPS = "nccl-dumps"  # the control folder's sub-folder for NCCL's own timeout dumps
 
 
 @dataclass(frozen=True)
@@ -101,10 +105,17 @@ class ExceptionReport:
     def frames(self) -> tuple[Frame, ...]:
         """The failing thread's frames, innermost first (a traceback lists them outermost first)."""
         if self.fault:
-            threads = parse_stack(self.text).threads
-            crashed = next((t for t in threads if t.current), threads[0] if threads else None)
-            return crashed.frames if crashed else ()
+            return _failing_thread(parse_stack(self.text).threads)
         return tuple(reversed(_frames(self.text.splitlines())))
+
+
+def _failing_thread(threads: tuple[ThreadStack, ...]) -> tuple[Frame, ...]:
+    """The frames of the thread a fatal signal hit; when that was no Python thread (a
+    C++ thread's abort), the first thread in the user's code, the one that trains."""
+    crashed = next((t for t in threads if t.current), None)
+    crashed = crashed or next((t for t in threads if any(not f.is_library for f in t.frames)), None)
+    crashed = crashed or (threads[0] if threads else None)
+    return crashed.frames if crashed else ()
 
 
 def user_frame(frames: tuple[Frame, ...]) -> Frame:
@@ -220,6 +231,47 @@ def rank_paths(folder: str, suffix: str) -> dict[int, str]:
 def read_text(path: str) -> str:
     with open(path, encoding="utf-8", errors="replace") as f:
         return f.read(MAX_FILE_BYTES)
+
+
+def read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(MAX_FILE_BYTES)
+
+
+def nccl_dump_prefix(control_dir: str) -> str:
+    """The value of ``TORCH_FR_DUMP_TEMP_FILE`` for the ranks: on a collective
+    timeout NCCL's watchdog writes its Flight Recorder to this prefix + the rank.
+    The folder must exist (0700) before the ranks start: torch does not create it."""
+    return os.path.join(control_dir, NCCL_DUMPS, "rank-")
+
+
+def read_failure_files(control_dir: str) -> dict[int, RankFiles]:
+    """Every rank's heartbeat, and the Flight Recorder dump taken when it failed.
+
+    The dump is NCCL's own (written at the timeout, while the rank still waited),
+    else the one the rank's exception hook wrote (``exceptions/rank-<R>.fr.json``).
+    """
+    beats = rank_paths(os.path.join(control_dir, "heartbeat"), "")
+    nccl = rank_paths(os.path.join(control_dir, NCCL_DUMPS), "")
+    hooked = rank_paths(os.path.join(control_dir, "exceptions"), ".fr.json")
+    found = {}
+    for rank in sorted(set(beats) | set(nccl) | set(hooked)):
+        files = _rank_files(rank, beats.get(rank), None, None)
+        dump, problems = _failure_dump(rank, nccl.get(rank), hooked.get(rank))
+        found[rank] = RankFiles(rank, files.heartbeat, None, dump, files.problems + problems)
+    return found
+
+
+def _failure_dump(rank: int, nccl: str | None, hooked: str | None) -> tuple[RankDump | None, tuple[str, ...]]:
+    problems: list[str] = []
+    for path in (nccl, hooked):
+        if path is None:
+            continue
+        try:
+            return parse_dump_bytes(read_bytes(path), rank), tuple(problems)
+        except (OSError, DumpError) as exc:
+            problems.append(f"{path}: {exc}")
+    return None, tuple(problems)
 
 
 def read_dump_folder(control_dir: str, request: str) -> dict[int, RankFiles]:

@@ -239,6 +239,7 @@ RESILIENCE = Section({
     "hang_timeout": Field(positive_number(), 300),
     "startup_timeout": Field(positive_number()),
     "exclude": Field(one_of("blamed", "never"), "blamed"),
+    "exclude_on": Field(one_of("node_faults", "any_failure"), "node_faults"),
     "grace": Field(integer(0, SIGNAL_TIME_MAX), 120),  # the sig_time of sbatch --signal
     "max_time_requeues": Field(integer(lo=0), 5),
     "checkpoint_dir": Field(cluster_path("/scratch/alice/run1/ckpt")),
@@ -385,6 +386,10 @@ DESCRIPTIONS: dict[str, str] = {
                                        "rank (imports, rendezvous, loading a checkpoint); default max(hang_timeout, 600)."),
     "job.resilience.exclude": ("blamed: restart without the nodes a diagnosis blamed, while enough others remain; "
                                "never: keep them."),
+    "job.resilience.exclude_on": ("node_faults: only a node fault (a hang, a failed node, a GPU or network error, a "
+                                  "fatal signal) excludes the blamed node; a program error (a Python exception, out "
+                                  "of memory) restarts on the same nodes, and the same one in two attempts ends the "
+                                  "chain. any_failure: every blamed node is excluded."),
     "job.resilience.grace": ("Seconds before the time limit (and on preemption) the ranks are told to checkpoint: "
                              "#SBATCH --signal=B:USR1@grace, none with 0. More than 60 s below the job's time limit."),
     "job.resilience.max_time_requeues": ("Requeues at the time limit or on preemption; they are not failures "

@@ -5,7 +5,7 @@ from collections.abc import Mapping
 from typing import Any
 
 OPTIONS = (("max_restarts", "--max-restarts"), ("hang_timeout", "--hang-timeout"),
-           ("startup_timeout", "--startup-timeout"), ("exclude", "--exclude"),
+           ("startup_timeout", "--startup-timeout"), ("exclude", "--exclude"), ("exclude_on", "--exclude-on"),
            ("grace", "--grace"), ("max_time_requeues", "--max-time-requeues"),
            ("checkpoint_dir", "--checkpoint-dir"))
 

@@ -3,4 +3,4 @@
 `__all__` is the room's surface: the modules other rooms import.
 """
 
-__all__ = ["builders", "jobs", "outcome", "runner"]
+__all__ = ["builders", "jobs", "node_names", "outcome", "runner"]

@@ -485,6 +485,33 @@ def parse_sinfo_nodes(stdout: str) -> list[NodeRow]:
     return list(rows.values())
 
 
+@dataclass(frozen=True)
+class SlurmNode:
+    """A node of `scontrol show node --oneliner`: Slurm's name for it and where it is."""
+
+    name: str  # NodeName: what sbatch --exclude and the job's node list use
+    host_name: str  # NodeHostName: the node's host name (an FQDN or a cloud name on many clusters)
+    address: str  # NodeAddr: a name or an IP address that reaches it
+    state: str  # State: IDLE, MIXED, DOWN+DRAIN, IDLE*, ...
+
+
+def build_scontrol_show_nodes(nodes: str | None = None) -> list[str]:
+    """argv of `scontrol show node --oneliner [NODES]`: one line per node (all without NODES)."""
+    argv = ["scontrol", "show", "node", "--oneliner"]
+    return argv + [_check_word(nodes, "node list")] if nodes else argv
+
+
+def parse_scontrol_show_nodes(stdout: str) -> list[SlurmNode]:
+    """The nodes of `build_scontrol_show_nodes`' output (values may hold blanks, as OS= does)."""
+    found = []
+    for line in stdout.splitlines():
+        fields = dict(_split_key_values(line.strip()))
+        if fields.get("NodeName"):
+            found.append(SlurmNode(fields["NodeName"], fields.get("NodeHostName", ""), fields.get("NodeAddr", ""),
+                                   fields.get("State", "")))
+    return found
+
+
 def build_scontrol_update_nodes(nodes: str, state: str, reason: str | None = None) -> list[str]:
     """argv of `scontrol update NodeName=... State=... Reason=...`.
 

@@ -1,9 +1,9 @@
 """The supervisor as a zip app (base64 text) for the batch script.
 
 It holds the supervisor package and the stdlib modules of the diagnosis it runs
-(analysis.flight_recorder, rank_files, culprit and slurm.outcome) and the
-hostlist value type, each package
-with an empty `__init__`: nothing else of clusterkit is needed on the nodes.
+(analysis.flight_recorder, rank_files, faults, culprit; slurm.outcome, builders and
+node_names) and the hostlist value type, each package with an empty `__init__`:
+nothing else of clusterkit is needed on the nodes.
 """
 import base64
 import io
@@ -13,8 +13,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent
 MODULES = ("supervisor/__init__.py", "supervisor/private.py", "supervisor/record.py", "supervisor/decide.py",
            "supervisor/slurmctl.py", "supervisor/attempt.py", "supervisor/job.py",
-           "analysis/flight_recorder.py", "analysis/rank_files.py", "analysis/culprit.py", "slurm/outcome.py",
-           "hostlist.py")
+           "analysis/flight_recorder.py", "analysis/rank_files.py", "analysis/faults.py", "analysis/culprit.py",
+           "slurm/outcome.py", "slurm/builders.py", "slurm/node_names.py", "hostlist.py")
 MAIN = "import sys\nfrom cluster_kit.supervisor.job import main\nsys.exit(main())\n"
 
 

@@ -7,9 +7,14 @@
   `startup_timeout` (default `max(hang_timeout, STARTUP_S)`). While any rank is
   inside `ddp.paused()` nobody stalls, and every clock starts again when the
   pause ends.
-- attempt_end: how an attempt ended (SPEC's words) and who is blamed.
-- next_step: restart without the blamed nodes, requeue after the time limit, or
-  end the chain, within `max_restarts` / `max_time_requeues`.
+- attempt_end: how an attempt ended (SPEC's words) and who is blamed, with whose
+  fault it is: the culprit's `kind` is "node" (a node fault: a hang, a failed node,
+  a fatal signal, a GPU or network error) or "program" (an exception of the script,
+  with its `signature`), and a crash says when it showed (`detected_after_s`).
+- next_step: restart without the blamed nodes (only for node faults, unless
+  `exclude_on: any_failure`), requeue after the time limit, or end the chain,
+  within `max_restarts` / `max_time_requeues`; the same program error in two
+  attempts ends it at once.
 """
 import time
 
@@ -65,22 +70,35 @@ class HangClock:
         return min(self.since(r) for r in ranks) if ranks else self.started
 
 
-def culprit_of(ranks, hosts, evidence):
-    return {"ranks": sorted(ranks), "hosts": sorted({h for h in hosts if h}), "evidence": evidence}
+NODE_FAULT = "node"
+PROGRAM_ERROR = "program"
+EXCLUDE_ON = ("node_faults", "any_failure")
+# The culprit's keys kept in the attempts record (stacks and timing go beside it).
+RECORDED = ("ranks", "hosts", "evidence", "kind", "why", "signature", "error", "where", "unmatched_hosts")
+
+
+def culprit_of(ranks, hosts, evidence, kind=NODE_FAULT, why=""):
+    culprit = {"ranks": sorted(ranks), "hosts": sorted({h for h in hosts if h}), "evidence": evidence, "kind": kind}
+    if why:
+        culprit["why"] = why
+    return culprit
 
 
 def attempt_end(exit_code, hang=None, grace=False, cancelled=False, crash=None, first_task=None,
-                failed_nodes=()):
+                failed_nodes=(), now=None, node_of_rank=None):
     """(ended, culprit or None) for an attempt whose launch exited with `exit_code`.
 
     `hang`: the culprit dict of a diagnosed hang; `crash`: analysis.culprit.Crash from
-    the ranks' exception files; `first_task`: slurm.outcome.TaskFailure, srun's first
-    own failure; `failed_nodes`: nodes srun or Slurm said failed.
+    the ranks' exception and fault files (culprit.first_failure); `first_task`:
+    slurm.outcome.TaskFailure, srun's first own failure; `failed_nodes`: nodes srun or
+    Slurm said failed; `now`: the time the attempt's end was seen, for a crash's
+    `detected_after_s`; `node_of_rank`: rank -> its Slurm node, for blamed ranks that
+    named none (a rank that hung and wrote nothing).
     """
     if cancelled:
         return "cancelled", None
     if hang is not None:
-        return "hang", hang
+        return "hang", dict(hang, kind=hang.get("kind", NODE_FAULT))
     if grace:
         return "time_limit", None
     if exit_code == 0:
@@ -89,15 +107,56 @@ def attempt_end(exit_code, hang=None, grace=False, cancelled=False, crash=None, 
         nodes = sorted(set(failed_nodes))
         return "node_failure", culprit_of([], nodes, "Slurm reports node {} failed".format(", ".join(nodes)))
     if crash is not None:
-        return "crash", culprit_of([crash.rank], [crash.host] if crash.host else _task_nodes(first_task),
-                                   crash.evidence)
+        return "crash", crash_culprit(crash, first_task, now, node_of_rank)
     if first_task is not None:
-        return "crash", culprit_of(first_task.tasks, [first_task.node], first_task.describe())
+        return "crash", task_culprit(first_task)
     return "crash", culprit_of([], [], f"the launch exited with {exit_code} and no rank said why")
 
 
-def _task_nodes(first_task):
-    return [first_task.node] if first_task is not None else []
+def crash_culprit(crash, first_task=None, now=None, node_of_rank=None):
+    """The culprit dict of a crash: its ranks and their nodes, whose fault it is and,
+    for a program error, its signature (JSON-friendly: the record is JSON)."""
+    ranks = list(crash.ranks) or [crash.rank]
+    hosts = list(crash.hosts) or ([crash.host] if crash.host else [])
+    if not hosts and node_of_rank is not None:
+        hosts = [node_of_rank(rank) for rank in ranks]
+    if not hosts and first_task is not None and crash.rank in first_task.tasks:
+        hosts = [first_task.node]  # srun names the node of the task that failed
+    culprit = culprit_of(ranks, hosts, crash.evidence, crash.kind, crash.why)
+    if crash.signature is not None:
+        culprit.update(signature=crash.signature.key, error=crash.signature.error, where=crash.signature.where)
+    if now is not None and crash.time is not None:
+        culprit["detected_after_s"] = round(max(0.0, now - crash.time), 1)
+    return culprit
+
+
+def task_culprit(task):
+    """srun's word alone (no rank left a traceback): a task killed by a signal is the
+    node's fault; one that exited with a code of its own chose to (the program's)."""
+    code = task.exit_code
+    if code is None or code > 128:
+        return culprit_of(task.tasks, [task.node], task.describe(), NODE_FAULT, "killed by a signal")
+    return culprit_of(task.tasks, [task.node], task.describe(), PROGRAM_ERROR,
+                      f"exited with exit code {code} without a Python traceback: the script's own exit")
+
+
+def recorded_culprit(culprit):
+    """What of a culprit goes into the attempts record's `culprit`."""
+    return {k: culprit[k] for k in RECORDED if k in culprit}
+
+
+def on_slurm_names(culprit, names):
+    """The culprit with its hosts as Slurm names. `names`: host -> Slurm name
+    (slurm.node_names.slurm_names over the allocation's nodes); a host that is none
+    of them is kept apart as `unmatched_hosts`, to be seen and never excluded."""
+    if not culprit:
+        return culprit
+    hosts = culprit.get("hosts", [])
+    named = dict(culprit, hosts=sorted({names[h] for h in hosts if h in names}))
+    unmatched = sorted(h for h in hosts if h not in names)
+    if unmatched:
+        named["unmatched_hosts"] = unmatched
+    return named
 
 
 def excludable(culprit, allocated):
@@ -134,12 +193,15 @@ def next_step(record, ended, culprit, resilience, exit_code, partition=(), neede
                            f"({used} of max_time_requeues {allowed})"}
         return {"action": "restart", "exclude": excluded, "exit_code": exit_code,
                 "why": f"{_words(ended)}: requeued without blame ({used} of max_time_requeues {allowed})"}
+    repeated = same_program_error(record, culprit)
+    if repeated:
+        return _finish(1, repeated)
     used, allowed = count(record, FAILURES), int(resilience["max_restarts"])
     if used > allowed:
         return _finish(1, f"{_words(ended)}, and max_restarts ({allowed}) are used up")
     blamed = NodeSet.of((culprit or {}).get("hosts", [])) - NodeSet.of(excluded)
     back = []
-    if resilience.get("exclude", "blamed") == "blamed":
+    if excludes(culprit, resilience):
         excluded = excluded + list(blamed)
         pool = NodeSet.of(partition)
         while pool and excluded and len(pool - NodeSet.of(excluded)) < needed:
@@ -147,8 +209,45 @@ def next_step(record, ended, culprit, resilience, exit_code, partition=(), neede
     without = " without {}".format(",".join(excluded)) if excluded else ""
     if back:
         without += f" ({','.join(back)} back in: a {needed}-node job needs them)"
+    if _kind(culprit) == PROGRAM_ERROR and resilience.get("exclude", "blamed") == "blamed" and not excludes(
+            culprit, resilience):
+        without += "; a program error excludes no node (exclude_on: node_faults)"
     return {"action": "restart", "exclude": excluded, "exit_code": exit_code or 1,
             "why": f"{_words(ended)}: restart {used} of max_restarts {allowed}{without}"}
+
+
+def excludes(culprit, resilience):
+    """Whether the culprit's nodes leave the chain: with `exclude: blamed`, a node
+    fault's always, a program error's only with `exclude_on: any_failure`."""
+    if resilience.get("exclude", "blamed") != "blamed":
+        return False
+    return _kind(culprit) != PROGRAM_ERROR or resilience.get("exclude_on", EXCLUDE_ON[0]) == "any_failure"
+
+
+def _kind(culprit):
+    """A culprit's kind; one without (an older record's) was always a node's."""
+    return (culprit or {}).get("kind", NODE_FAULT)
+
+
+def same_program_error(record, culprit):
+    """Why the chain ends when the attempt that just ended (the record's last) failed
+    with a program error an earlier attempt had, by signature; else None."""
+    if _kind(culprit) != PROGRAM_ERROR or not (culprit or {}).get("signature") or not record["attempts"]:
+        return None
+    *earlier, latest = record["attempts"]
+    before = next((a for a in earlier if (a.get("culprit") or {}).get("signature") == culprit["signature"]
+                   and _kind(a.get("culprit")) == PROGRAM_ERROR), None)
+    if before is None:
+        return None
+    error = culprit.get("error") or culprit["signature"]
+    at = f" at {culprit['where']}" if culprit.get("where") else ""
+    then, now = before["culprit"].get("hosts") or [], culprit.get("hosts") or []
+    numbers = (before.get("attempt"), latest.get("attempt"))
+    if then and now and set(then) != set(now):
+        return (f"the script fails the same way on different nodes: {error}{at} "
+                f"(attempt {numbers[0]} on {','.join(then)}, attempt {numbers[1]} on {','.join(now)})")
+    where = f" on {','.join(now)}" if then and now else ""
+    return f"the script fails the same way twice: {error}{at} (attempts {numbers[0]} and {numbers[1]}{where})"
 
 
 def _finish(exit_code, why):

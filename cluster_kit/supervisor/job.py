@@ -10,14 +10,14 @@ comment, and its record (a folder of this user that nobody else can write,
 private.py) must list it as the attempt that comes next.
 """
 import argparse
-import dataclasses
 import os
+import socket
 import sys
 import time
 
 from cluster_kit.analysis import culprit as culprits
 from cluster_kit.analysis import rank_files
-from cluster_kit.slurm import outcome
+from cluster_kit.slurm import builders, node_names, outcome
 from cluster_kit.supervisor import decide, private, record, slurmctl
 from cluster_kit.supervisor.attempt import Attempt, say
 
@@ -37,6 +37,7 @@ def parse_args(argv):
     parser.add_argument("--hang-timeout", type=float, default=300.0)
     parser.add_argument("--startup-timeout", type=float, default=0.0, help="0: max(hang timeout, 600 s)")
     parser.add_argument("--exclude", choices=("blamed", "never"), default="blamed")
+    parser.add_argument("--exclude-on", choices=decide.EXCLUDE_ON, default="node_faults")
     parser.add_argument("--grace", type=int, default=120)
     parser.add_argument("--max-time-requeues", type=int, default=5)
     parser.add_argument("--checkpoint-dir", default="")
@@ -54,7 +55,7 @@ def parse_args(argv):
 
 def resilience_of(args):
     return {"max_restarts": args.max_restarts, "hang_timeout": args.hang_timeout,
-            "startup_timeout": args.startup_timeout or None, "exclude": args.exclude,
+            "startup_timeout": args.startup_timeout or None, "exclude": args.exclude, "exclude_on": args.exclude_on,
             "grace": args.grace, "max_time_requeues": args.max_time_requeues,
             "checkpoint_dir": args.checkpoint_dir or None}
 
@@ -104,6 +105,37 @@ def kept_script(folder, rec):
     return data
 
 
+def nccl_dump_env(control, environ):
+    """Where NCCL's watchdog writes its Flight Recorder on a collective timeout (a
+    folder of the control folder: torch does not create it), unless the job says."""
+    prefix = rank_files.nccl_dump_prefix(control)
+    record.make_private_dir(os.path.dirname(prefix))
+    wanted = {"TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "TORCH_FR_DUMP_TEMP_FILE": prefix}
+    return {k: v for k, v in wanted.items() if k not in environ}
+
+
+def slurm_names(culprit, nodes):
+    """The culprit with its hosts as the allocation's Slurm names (a rank reports
+    SLURMD_NODENAME, else its host name: an FQDN or a cloud name is matched against the
+    nodes' NodeHostName and NodeAddr); a host that is none of them is kept apart."""
+    if not culprit or not culprit.get("hosts"):
+        return culprit
+    try:
+        table = builders.parse_scontrol_show_nodes(slurmctl.slurm(builders.build_scontrol_show_nodes(",".join(nodes))))
+    except (RuntimeError, ValueError):
+        table = []
+    known = {n.name for n in table}
+    resolved = {h: addresses_of(h) for h in culprit["hosts"] if h not in known}
+    return decide.on_slurm_names(culprit, node_names.slurm_names(culprit["hosts"], table, resolved))
+
+
+def addresses_of(host):
+    try:
+        return sorted({info[4][0] for info in socket.getaddrinfo(host, None)})
+    except OSError:
+        return []
+
+
 def close_lost_attempts(rec, job_id):
     """An attempt still `running` in the record lost its batch script (Slurm requeued
     the job after a node failure): it ended as a node failure."""
@@ -143,6 +175,7 @@ def run(args):
     env = dict(os.environ, CLUSTERKIT_CONTROL_DIR=control, CLUSTERKIT_ATTEMPT=str(number),
                CLUSTERKIT_CHECKPOINT_DIR=checkpoint)
     env.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
+    env.update(nccl_dump_env(control, env))
     say(f"attempt {number} of job {chain_id} on {nodes} (record: {folder})")
 
     watched = Attempt(job_id, args.launch, control, env, slurmctl.hostnames(nodes), args.world_size, args.tasks_per_node)
@@ -199,18 +232,19 @@ def end_of(watched, code):
         verdict = outcome.parse_job_output("\n".join(watched.lines))
         first_task = verdict.first_failure
         down = list(verdict.failed_nodes) or slurmctl.failed_nodes(watched.nodes)
-        crash = culprits.first_failure(rank_files.read_exceptions(watched.control))
-        if crash is not None and not crash.host and first_task is not None:
-            crash = dataclasses.replace(crash, host=first_task.node)
-    return decide.attempt_end(code, grace=watched.grace, crash=crash, first_task=first_task, failed_nodes=down)
+        crash = culprits.first_failure(rank_files.read_exceptions(watched.control),
+                                       rank_files.read_failure_files(watched.control), watched.world_size)
+    return decide.attempt_end(code, grace=watched.grace, crash=crash, first_task=first_task, failed_nodes=down,
+                              now=time.time(), node_of_rank=watched.host_of)
 
 
 def settle(rec, attempt, folder, job_id, job, chain_id, watched, code, ended, blamed):
     """Record how the attempt ended, take the next step, and wait for a launch that a
     signal left running."""
     attempt.update(ended=ended, ended_at=round(time.time(), 3), exit_code=code)
+    blamed = slurm_names(blamed, watched.nodes)
     if blamed:
-        attempt["culprit"] = {k: blamed[k] for k in ("ranks", "hosts", "evidence")}
+        attempt["culprit"] = decide.recorded_culprit(blamed)
         attempt.update({k: blamed[k] for k in ("stacks", "detected_after_s") if k in blamed})
     step = decide.next_step(rec, ended, decide.excludable(blamed, watched.nodes), rec["resilience"], code,
                             slurmctl.partition_nodes(job), int(job.get("NumNodes", "0").split("-")[0] or 0))

@@ -7,7 +7,9 @@ and CLUSTERKIT_CONTROL_DIR in the environment) it trains a small DDP model with
 * ``hang``: rank 3 stays in ``load_batch`` while the others wait in DDP's all-reduce;
 * ``mismatch``: rank 3 calls a broadcast (``sync_weights``) where the others all-reduce;
 * ``stop``: every rank trains until ``stop_requested()``, agreed through an all-reduce;
-* ``crash``: rank 2 raises in ``bad_batch`` after a few steps.
+* ``crash``: rank 2 raises in ``bad_batch`` after a few steps;
+* ``timeout``: as ``hang``, with a process-group timeout of TIMEOUT_S seconds: ranks 0-2
+  fail in the all-reduce with gloo's timeout while rank 3 still sits in ``load_batch``.
 
 Imported, it starts such a job (:func:`start_job`) and plays the supervisor's part:
 :func:`request_dump` writes ``dump-request``, :func:`wait_for_files` waits for the ranks'
@@ -32,6 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 WORLD_SIZE = 4
 STEPS_BEFORE_TROUBLE = 5
 START_DEADLINE_S = 120.0  # 4 ranks importing torch on a 2-core machine
+TIMEOUT_S = 10  # the process group's timeout in the `timeout` scenario (gloo's default: 30 min)
 
 
 # --- the ranks ----------------------------------------------------------------------------
@@ -66,8 +69,9 @@ def rank_main(scenario: str, store: str) -> int:
     from cluster_kit import ddp
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    timeout = TIMEOUT_S if scenario == "timeout" else 60
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=60))
+                            timeout=datetime.timedelta(seconds=timeout))
     torch.manual_seed(0)
     model = DistributedDataParallel(torch.nn.Sequential(
         torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)))
@@ -83,7 +87,7 @@ def rank_main(scenario: str, store: str) -> int:
         bad_batch(steps)
     if scenario == "mismatch" and rank == 3:
         sync_weights(model)
-    step(*load_batch(steps, rank, hang=scenario == "hang" and rank == 3))
+    step(*load_batch(steps, rank, hang=scenario in ("hang", "timeout") and rank == 3))
     return 0
 
 
@@ -239,8 +243,30 @@ def record(out: Path) -> None:
         target = out / "crash" / "exceptions"
         shutil.rmtree(target.parent, ignore_errors=True)
         target.mkdir(parents=True)
-        for path in sorted((job.control_dir / "exceptions").glob("rank-*")):
+        for path in sorted((job.control_dir / "exceptions").glob("rank-*.txt")):
             copy_recorded(path, target / path.name)
+    record_timeout(out)
+
+
+def run_timeout(workdir: Path) -> Job:
+    """Run `timeout` until ranks 0-2 failed (gloo's timeout), then kill rank 3, still hung."""
+    with start_job("timeout", workdir) as job:
+        job.wait_for_steps(STEPS_BEFORE_TROUBLE)
+        wait_until(lambda: all(p.poll() is not None for p in job.processes[:3]), START_DEADLINE_S,
+                   f"ranks 0-2 to fail after the {TIMEOUT_S} s timeout: {job.outputs()}")
+        return job
+
+
+def record_timeout(out: Path) -> None:
+    """The `timeout` scenario's exception files, Flight Recorder dumps and heartbeats."""
+    with tempfile.TemporaryDirectory() as tmp:
+        job = run_timeout(Path(tmp))
+        target = out / "timeout"
+        shutil.rmtree(target, ignore_errors=True)
+        for sub in ("exceptions", "heartbeat"):
+            (target / sub).mkdir(parents=True)
+            for path in sorted((job.control_dir / sub).glob("rank-*")):
+                copy_recorded(path, target / sub / path.name)
 
 
 def main(argv: list[str]) -> int:
@@ -248,6 +274,9 @@ def main(argv: list[str]) -> int:
         return rank_main(argv[1], argv[2])
     if argv[:1] == ["record"] and len(argv) == 2:
         record(Path(argv[1]))
+        return 0
+    if argv[:1] == ["record-timeout"] and len(argv) == 2:
+        record_timeout(Path(argv[1]))
         return 0
     print(__doc__, file=sys.stderr)
     return 2

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
 import subprocess
 import sys
 import textwrap
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -133,6 +135,12 @@ def test_rank_and_interval_from_the_environment() -> None:
     assert supervision.interval_from_env({}) == 1.0
 
 
+def test_the_node_is_slurms_name_for_it_else_the_host_name() -> None:
+    assert supervision.node_from_env({"SLURMD_NODENAME": "gpu001"}) == "gpu001"
+    assert supervision.node_from_env({"SLURMD_NODENAME": " "}) == socket.gethostname()
+    assert supervision.node_from_env({}) == socket.gethostname()
+
+
 def test_ddp_exports_the_trainer_calls() -> None:
     pytest.importorskip("torch")
     from cluster_kit import ddp
@@ -170,14 +178,21 @@ def test_an_uncaught_exception_leaves_its_traceback(tmp_path: Path) -> None:
             raise KeyError(f"sample {step}")
         supervision.heartbeat()
         load(4)
-    """, tmp_path, RANK="6")
+    """, tmp_path, RANK="6", SLURMD_NODENAME="gpu007")
     assert out.returncode == 1 and "KeyError: 'sample 4'" in out.stderr  # the usual hook still prints
     path = tmp_path / "exceptions" / "rank-6.txt"
     assert mode(path) == 0o600 and mode(tmp_path / "exceptions") == 0o700
     report = read_exceptions(str(tmp_path))[0]
-    assert report.rank == 6 and report.host and report.time is not None
+    assert report.rank == 6 and report.host == "gpu007" and report.time is not None
     assert report.last_lines(1) == ("KeyError: 'sample 4'",)
     assert "Traceback (most recent call last):" in report.text and 'line 4, in load' in report.text
+    # the Flight Recorder beside it: here torch was never loaded, and the file says so
+    dump_path = tmp_path / "exceptions" / "rank-6.fr.json"
+    assert mode(dump_path) == 0o600
+    written = json.loads(dump_path.read_text())
+    assert (written["rank"], written["host"], written["recorders"]) == (6, "gpu007", {})
+    assert written["errors"] == {"torch": "torch.distributed is not loaded in this process"}
+    assert parse_dump(dump_path.read_text()).host == "gpu007"
 
 
 def test_a_forked_child_that_raises_leaves_no_file_under_the_ranks_name(tmp_path: Path) -> None:
@@ -319,3 +334,22 @@ def test_paused_is_a_no_op_without_supervision() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=120,
                           check=False)
     assert (done.returncode, done.stdout) == (0, "inside\nafter\n"), done.stderr
+
+
+def test_the_recorders_together_get_the_time_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At an uncaught exception the dump must not hold the exit up: a recorder that
+    hangs (its lock held by a stuck thread) is given up on within the bound."""
+    def stuck() -> bytes:
+        time.sleep(30)
+        return b"{}"
+
+    c10d = types.ModuleType("torch._C._distributed_c10d")
+    c10d._dump_fr_trace_json = stuck  # type: ignore[attr-defined]
+    c10d._dump_nccl_trace_json = stuck  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch._C._distributed_c10d", c10d)
+    started = time.monotonic()
+    out = Supervision(str(tmp_path), rank=1, host="n1").flight_recorder(timeout_s=0.5)
+    assert time.monotonic() - started < 2.0
+    assert out["recorders"] == {}
+    assert out["errors"] == {"fr": "_dump_fr_trace_json: no answer in 0.5 s",
+                             "nccl": "_dump_nccl_trace_json: no answer in 0 s"}

@@ -6,6 +6,7 @@ debug) reachable through $SLURM_CONF, and no other jobs. Usage:
     SLURM_CONF=... python tests/data/slurm/capture.py basic WORKDIR
     SLURM_CONF=... python tests/data/slurm/capture.py accounting WORKDIR   # needs slurmdbd
     SLURM_CONF=... python tests/data/slurm/capture.py requeued WORKDIR     # needs slurmdbd
+    SLURM_CONF=... python tests/data/slurm/capture.py nodes WORKDIR        # reads only; nodes n1-n3
     SLURM_CONF=... python tests/data/slurm/capture.py sigterm WORKDIR      # about 90 s
 
 `sigterm` records what `scontrol show job -o` says inside a batch script at the moment
@@ -14,6 +15,11 @@ its SIGTERM comes: at the time limit, on `scontrol requeue` and on `scancel`
 
 The `requeued` cases were recorded on a second such cluster, with slurmdbd, whose
 nodes are a1 and a2.
+
+`scontrol_show_node_fqdn.stdout` is the one file not recorded: it is
+`scontrol_show_node_all.stdout` with each node's NodeHostName made an FQDN
+(`gpu00N.cluster.local`) and its NodeAddr a 10.1.0.N address, by hand, as on a
+cluster whose host names differ from its Slurm names (it has no cases.json entry).
 
 Each case writes `<case>.stdout` and `<case>.stderr` verbatim and records its
 argv and exit status in `cases.json`. The argv comes from cluster_kit.slurm.builders's
@@ -202,5 +208,13 @@ def sigterm(workdir: Path) -> None:
         (HERE / f"scontrol_show_job_at_sigterm_{case}.stdout").write_text((workdir / f"{job_id}.term").read_text())
 
 
+def nodes(work: Path) -> None:
+    """`scontrol show node --oneliner`: every node, one node, and a node Slurm does not have."""
+    save("scontrol_show_node_all", slurm.build_scontrol_show_nodes())
+    save("scontrol_show_node_n1", slurm.build_scontrol_show_nodes("n1"))
+    save("scontrol_show_node_unknown", slurm.build_scontrol_show_nodes("n9"))
+
+
 if __name__ == "__main__":
-    {"basic": basic, "accounting": accounting, "requeued": requeued, "sigterm": sigterm}[sys.argv[1]](Path(sys.argv[2]))
+    {"basic": basic, "accounting": accounting, "requeued": requeued, "sigterm": sigterm,
+     "nodes": nodes}[sys.argv[1]](Path(sys.argv[2]))

@@ -123,10 +123,16 @@ def test_the_diagnosis_runs_on_python_38_with_the_stdlib_only() -> None:
         "import sys; sys.path.insert(0, sys.argv[1])\n"
         "from cluster_kit.analysis import culprit, rank_files\n"
         "print(culprit.find_culprit(rank_files.read_dump_folder(sys.argv[2], 'hang-1'), 4).evidence)\n"
+        "for folder in sys.argv[3:]:\n"
+        "    crash = culprit.first_failure(rank_files.read_exceptions(folder), rank_files.read_failure_files(folder), 4)\n"
+        "    print(crash.kind, crash.ranks, crash.signature.key if crash.signature else None)\n"
         "print(sorted(m.split('.')[0] for m in sys.modules if m.startswith(('cluster_kit', 'yaml', 'torch')))[-1])\n"
     )
-    out = subprocess.run([python38() or "", "-I", "-c", code, str(REPO), str(DATA / "hang")],
+    folders = [str(DATA / name) for name in ("hang", "timeout", "crash", "gpu/nccl-timeout")]
+    out = subprocess.run([python38() or "", "-I", "-c", code, str(REPO), *folders],
                          capture_output=True, text=True, check=True).stdout.splitlines()
     assert out[0].startswith("rank 3 is not in all_reduce #11")
-    assert out[1] == "cluster_kit"
+    assert out[1:4] == ["node (3,) None", "program (2,) ValueError: batch # has no labels at supervised_job.py:57",
+                        "node (1, 2, 3) None"]  # NCCL's pickle read too: rank 0 aborted waiting for 1-3
+    assert out[4] == "cluster_kit"
     assert sys.version_info >= (3, 9)  # this interpreter is another one

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from cluster_kit.analysis.culprit import Crash, first_failure
+from cluster_kit.analysis.faults import Signature
 from cluster_kit.analysis.rank_files import ExceptionReport
 
 TRACEBACK = """Traceback (most recent call last):
@@ -31,7 +32,10 @@ def test_a_rank_failing_by_itself_wins_over_an_earlier_one_that_lost_a_peer() ->
         ExceptionReport(5, "node-c", 200.0, TRACEBACK),
     ])
     assert crash == Crash(5, "node-c", 200.0, tuple(TRACEBACK.strip().splitlines()[-4:]),
-                          "rank 5 (node-c) failed first: ValueError: bad shard 7 at train.py:88 in load_batch")
+                          "rank 5 (node-c) failed first: ValueError: bad shard 7 at train.py:88 in load_batch",
+                          "program", "a Python exception raised by the script (a program error: the same on any node)",
+                          Signature("ValueError: bad shard 7", "train.py:88", "ValueError: bad shard # at train.py:88"),
+                          (5,), ("node-c",))
 
 
 def test_earliest_time_then_lowest_rank_and_a_time_not_known_goes_last() -> None:
@@ -50,6 +54,18 @@ def test_fault_headline_is_its_first_line() -> None:
     assert crash is not None
     assert crash.evidence == ("rank 0 (n) died of a fatal signal first: "
                               "Fatal Python error: Segmentation fault at model.py:12 in forward")
+    assert (crash.kind, crash.why, crash.signature) == (
+        "node", "died of a fatal signal (Fatal Python error: Segmentation fault)", None)
+
+
+def test_a_fault_after_the_ranks_own_exception_is_its_aftermath() -> None:
+    """A process that aborts on its way out after raising (as after a CUDA error):
+    its exception, not the later fault, says what happened."""
+    crash = first_failure([ExceptionReport(0, "n", 2.0, FAULT, fault=True), ExceptionReport(0, "n", 1.0, TRACEBACK)])
+    assert crash is not None and (crash.kind, crash.time) == ("program", 1.0)
+    # a fault at the same moment as the exception still comes second
+    crash = first_failure([ExceptionReport(0, "n", 1.0, FAULT, fault=True), ExceptionReport(0, "n", 1.0, TRACEBACK)])
+    assert crash is not None and crash.kind == "program"
 
 
 def test_headlines_without_frames_or_text() -> None:

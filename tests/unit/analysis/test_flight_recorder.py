@@ -2,11 +2,18 @@
 from __future__ import annotations
 
 import json
+import os
+import pickle
 from pathlib import Path
 
 import pytest
 
-from cluster_kit.analysis.flight_recorder import DumpError, parse_dump
+from cluster_kit.analysis.flight_recorder import (
+    DumpError,
+    GroupStatus,
+    parse_dump,
+    parse_dump_bytes,
+)
 from cluster_kit.analysis.rank_files import (
     parse_heartbeat,
     parse_stack,
@@ -142,3 +149,36 @@ def test_an_unreadable_file_is_a_problem_not_a_crash(tmp_path: Path) -> None:
     assert [p.split(": ", 1)[1] for p in files.problems] == [
         "a heartbeat line has 4 or 5 fields (steps time host pid [pause]), not ''", ("not JSON: Expecting property name "
         "enclosed in double quotes: line 1 column 2 (char 1)")]
+
+
+# --- NCCL's own dump on a timeout: torch's pickle ------------------------------------------------
+NCCL_TIMEOUT_DUMP = DATA / "gpu" / "nccl-timeout" / "nccl-dumps" / "rank-0"
+
+
+def test_nccls_timeout_dump_is_read_from_its_pickle() -> None:
+    dump = parse_dump_bytes(NCCL_TIMEOUT_DUMP.read_bytes(), rank=0)
+    assert (dump.rank, dump.host, dump.errors) == (0, "", ())
+    assert [(e.seq, e.op, e.backend, e.state, e.retired) for e in dump.entries] == [
+        (1, "all_reduce", "nccl", "completed", True), (2, "all_reduce", "nccl", "completed", True),
+        (3, "all_reduce", "nccl", "completed", True), (4, "all_reduce", "nccl", "scheduled", False)]
+    assert dump.groups == (GroupStatus("0", 4, -1, 3),)
+    waiting = dump.waiting_in("0")
+    assert waiting is not None and waiting.describe() == "all_reduce #4" and waiting.input_sizes == ((1048576,),)
+    last = dump.last_entered("0")
+    assert last is not None and last.seq == 4 and dump.last_entered("1") is None
+
+
+def test_a_pickle_that_names_a_function_is_refused_before_anything_runs() -> None:
+    with pytest.raises(DumpError, match=r"^a Flight Recorder pickle names posix\.system; only plain data is read$"):
+        parse_dump_bytes(pickle.dumps(os.system, protocol=2))
+    with pytest.raises(DumpError, match=r"names builtins\.eval"):
+        parse_dump_bytes(pickle.dumps({"entries": [eval]}, protocol=4))
+
+
+def test_a_dump_files_bytes_may_be_json_and_a_broken_pickle_is_no_dump() -> None:
+    text = (DATA / "hang" / "dumps" / "hang-1" / "rank-0.fr.json").read_text()
+    assert parse_dump_bytes(text.encode()) == parse_dump(text)
+    with pytest.raises(DumpError, match=r"^not a readable pickle: "):
+        parse_dump_bytes(NCCL_TIMEOUT_DUMP.read_bytes()[:200])
+    with pytest.raises(DumpError, match=r"JSON object, not list"):
+        parse_dump_bytes(pickle.dumps([1, 2], protocol=2))

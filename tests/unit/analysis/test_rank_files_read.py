@@ -109,11 +109,17 @@ def test_a_fault_files_frames_are_the_current_threads() -> None:
                                Frame("/home/alice/job/train.py", 40, "step"))
 
 
-def test_a_fault_that_names_no_current_thread_gives_the_first_threads_frames() -> None:
-    # a fatal signal on a thread without Python state: every thread is a "Thread"
+def test_a_fault_that_names_no_current_thread_gives_the_thread_in_the_users_code() -> None:
+    # a fatal signal on a thread without Python state (NCCL's watchdog aborting): every
+    # thread is a "Thread", and the one that trains is the one in the user's code
     report = ExceptionReport(4, "", None, SEGFAULT.replace("Current thread", "Thread"), fault=True)
-    assert report.frames() == (Frame("/home/alice/clusterkit/cluster_kit/supervision.py", 205, "_watch"),
-                               Frame("/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", 982, "run"))
+    assert report.frames() == (Frame("/home/alice/job/model.py", 12, "forward"),
+                               Frame("/home/alice/job/train.py", 40, "step"))
+    # no thread in the user's code: the first one
+    library_only = SEGFAULT.replace("Current thread", "Thread").replace("/home/alice/job/", "/usr/lib/python3.11/")
+    assert ExceptionReport(4, "", None, library_only, fault=True).frames() == (
+        Frame("/home/alice/clusterkit/cluster_kit/supervision.py", 205, "_watch"),
+        Frame("/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", 982, "run"))
     assert ExceptionReport(4, "", None, "Fatal Python error: Aborted\n", fault=True).frames() == ()
 
 

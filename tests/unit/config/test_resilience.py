@@ -15,9 +15,9 @@ from cluster_kit.config.load import load_job, validate_files
 from cluster_kit.config.search import SearchPath
 from cluster_kit.config.validators import time_limit_seconds
 
-DEFAULTS = {"max_restarts": 3, "hang_timeout": 300, "startup_timeout": None, "exclude": "blamed", "grace": 120,
-            "max_time_requeues": 5, "checkpoint_dir": None}
-KEYS = "max_restarts, hang_timeout, startup_timeout, exclude, grace, max_time_requeues, checkpoint_dir"
+DEFAULTS = {"max_restarts": 3, "hang_timeout": 300, "startup_timeout": None, "exclude": "blamed",
+            "exclude_on": "node_faults", "grace": 120, "max_time_requeues": 5, "checkpoint_dir": None}
+KEYS = "max_restarts, hang_timeout, startup_timeout, exclude, exclude_on, grace, max_time_requeues, checkpoint_dir"
 
 
 @pytest.fixture
@@ -64,9 +64,10 @@ def test_one_key_turns_it_on_and_the_others_keep_their_defaults(tmp_path: Path, 
 
 def test_every_key_given(tmp_path: Path, search: SearchPath) -> None:
     text = ("resilience:\n  max_restarts: 0\n  hang_timeout: 12.5\n  startup_timeout: 900\n  exclude: blamed\n"
-            "  grace: 0\n  max_time_requeues: 0\n  checkpoint_dir: /scratch/alice/run1/ckpt\n")
+            "  exclude_on: any_failure\n  grace: 0\n  max_time_requeues: 0\n  checkpoint_dir: /scratch/alice/run1/ckpt\n")
     assert settings(tmp_path, search, text)["resilience"] == {
-        "max_restarts": 0, "hang_timeout": 12.5, "startup_timeout": 900, "exclude": "blamed", "grace": 0,
+        "max_restarts": 0, "hang_timeout": 12.5, "startup_timeout": 900, "exclude": "blamed",
+        "exclude_on": "any_failure", "grace": 0,
         "max_time_requeues": 0, "checkpoint_dir": "/scratch/alice/run1/ckpt"}
 
 
@@ -94,6 +95,8 @@ def test_a_relative_checkpoint_dir_starts_at_the_workdir(tmp_path: Path, search:
     ("resilience:\n  hang_timeout: 5m\n", 4, "resilience.hang_timeout: expected a number, got a string ('5m')"),
     ("resilience:\n  hang_timeout: true\n", 4, "resilience.hang_timeout: expected a number, got a boolean (True)"),
     ("resilience:\n  exclude: all\n", 4, "resilience.exclude: 'all' is not one of blamed | never"),
+    ("resilience:\n  exclude_on: crashes\n", 4,
+     "resilience.exclude_on: 'crashes' is not one of node_faults | any_failure"),
     ("resilience:\n  grace: -1\n", 4, "resilience.grace: -1 is out of range; use 0-65535"),
     ("resilience:\n  grace: 70000\n", 4, "resilience.grace: 70000 is out of range; use 0-65535"),
     ("resilience:\n  grace: 1.5\n", 4, "resilience.grace: expected an integer, got a number (1.5)"),

@@ -47,7 +47,7 @@ def test_the_script_execs_the_supervisor_with_the_launch_after_the_double_dash(t
     line = next(l for l in script.splitlines() if l.startswith("exec "))
     assert line.startswith('exec /opt/venv/bin/python "$clusterkit_supervisor" --bundle "$clusterkit_supervisor" '
                            '--world-size "$(( SLURM_JOB_NUM_NODES * 4 ))" --tasks-per-node 4 --max-restarts 2 '
-                           '--hang-timeout 60 --exclude never --grace 120 --max-time-requeues 5 --preflight-failed "${clusterkit_preflight_failed:-}" --script "$0" -- srun ')
+                           '--hang-timeout 60 --exclude never --exclude-on node_faults --grace 120 --max-time-requeues 5 --preflight-failed "${clusterkit_preflight_failed:-}" --script "$0" -- srun ')
 
 
 def test_a_job_without_resilience_has_no_supervisor(tmp_path: Path) -> None:

@@ -63,7 +63,9 @@ def test_a_crash_blames_the_rank_that_raised_and_srun_names_its_node() -> None:
     assert (ended, blamed["ranks"], blamed["hosts"]) == ("crash", [3], ["n2"])
     assert "RuntimeError: planted" in blamed["evidence"] and "train.py:88" in blamed["evidence"]
     ended, blamed = decide.attempt_end(1, first_task=srun.first_failure)  # no exception file
-    assert blamed == {"ranks": [3], "hosts": ["n2"], "evidence": "rank 3 on n2 exited with exit code 1"}
+    assert blamed == {"ranks": [3], "hosts": ["n2"], "evidence": "rank 3 on n2 exited with exit code 1",
+                      "kind": "program",
+                      "why": "exited with exit code 1 without a Python traceback: the script's own exit"}
 
 
 def chain(*endings: tuple[str, list[str]]) -> dict:

@@ -30,7 +30,8 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.lstat().st_mode)
 
 
-ARGS = argparse.Namespace(max_restarts=3, hang_timeout=300.0, startup_timeout=0.0, exclude="blamed", grace=120,
+ARGS = argparse.Namespace(max_restarts=3, hang_timeout=300.0, startup_timeout=0.0, exclude="blamed",
+                          exclude_on="node_faults", grace=120,
                           max_time_requeues=5, checkpoint_dir="")
 
 
