@@ -284,14 +284,26 @@ class Checkpointer:
         """Write rank 0's files, digest every file, commit, prune (on the writer thread when async)."""
         try:
             self._commit(job)
-        except Fenced as exc:
-            LOG.warning("%s", exc)
-            self._tell_add("refused", {"step": job.step, "why": str(exc)})
-            self._failure = exc
         except BaseException as exc:  # noqa: BLE001 - handed to the training thread
-            LOG.error("the checkpoint of step %d was not saved: %r", job.step, exc)
-            self._tell_add("errors", {"step": job.step, "why": repr(exc)})
-            self._failure = exc
+            self._failure = self._overtaken(exc)
+            if isinstance(self._failure, Fenced):
+                LOG.warning("%s", self._failure)
+                self._tell_add("refused", {"step": job.step, "why": str(self._failure)})
+            else:
+                LOG.error("the checkpoint of step %d was not saved: %r", job.step, exc)
+                self._tell_add("errors", {"step": job.step, "why": repr(exc)})
+
+    def _overtaken(self, exc: BaseException) -> BaseException:
+        """Fenced when a newer attempt started meanwhile (it also removes this one's partial folder)."""
+        if isinstance(exc, Fenced):
+            return exc
+        try:
+            check_fence(self._root(), self.token)
+        except Fenced as fenced:
+            return fenced
+        except OSError:
+            pass
+        return exc
 
     def _commit(self, job: _Write) -> None:
         root, written = self._root(), time.monotonic()
@@ -308,7 +320,7 @@ class Checkpointer:
         name = store.commit(root, job.partial, manifest, lambda: check_fence(root, self.token))
         store.prune(root, self.keep)
         if job.blocking:
-            self.save_s = time.monotonic() - job.began
+            self.save_s = stall  # as the manifest has it: a resumed attempt computes the same interval
         self.write_s = None if job.blocking else write_s
         self._tell(last={"step": job.step, "name": name, "time": manifest["time"]}, save_s=self.save_s,
                    write_s=self.write_s, step_s=self.step_s, interval=self._interval_doc())

@@ -93,13 +93,15 @@ def estimate_mtbf_s(run_s: float, failures: int, nodes: int,
                     mtbf_hours_per_node: float = DEFAULT_MTBF_HOURS) -> float:
     """The job's MTBF from ``failures`` seen in ``run_s`` seconds of running at this size.
 
-    The per-node figure counts as one failure-free interval seen beforehand, so that
-    no failure yet gives the prior and many failures give ``run_s / failures``:
-    ``(run_s + prior) / (failures + 1)``. ``run_s`` and ``failures`` sum this chain
-    and the user's earlier chains (their job records).
+    No failure yet: the per-node figure over the nodes (SPEC: ``mtbf_hours`` counts
+    "before the chain has seen failures"), or the time already run without one when
+    that is longer. Then the failures seen: ``run_s / failures``. ``run_s`` and
+    ``failures`` sum this chain and the user's earlier chains (their job records),
+    counting the attempts that ended in a hang, a crash or a node failure.
     """
-    prior = job_mtbf_s(nodes, mtbf_hours_per_node)
-    return (max(0.0, run_s) + prior) / (max(0, failures) + 1)
+    if failures <= 0:
+        return max(job_mtbf_s(nodes, mtbf_hours_per_node), run_s)
+    return max(run_s, 1.0) / failures
 
 
 def young_daly_s(save_s: float, mtbf_s: float, restart_s: float) -> float:

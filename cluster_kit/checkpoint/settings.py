@@ -71,7 +71,7 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> Settings:
         control_dir=env.get(CONTROL_DIR_ENV, "").strip() or None,
         every=every,
         keep=_number(env, KEEP_ENV, DEFAULT_KEEP, int, low=1),
-        mtbf_s=_number(env, MTBF_ENV, job_mtbf_s(nodes), float, low=1e-9),
+        mtbf_s=_number(env, MTBF_ENV, job_mtbf_s(nodes), float, low=1),
         restart_s=_number(env, RESTART_ENV, DEFAULT_RESTART_S, float),
         nodes=nodes,
         rank=_first_int(env, ("RANK", "SLURM_PROCID"), 0),

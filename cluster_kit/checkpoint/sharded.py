@@ -9,6 +9,9 @@ loads into a freshly built optimizer (whose state they create first).
 """
 from __future__ import annotations
 
+import contextlib
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -49,7 +52,9 @@ def save(objects: dict[str, Any], folder: str) -> None:
     """Every rank writes its shards of ``objects`` into ``folder`` (collective)."""
     import torch.distributed.checkpoint as dcp
 
-    dcp.save(state_dicts(objects), checkpoint_id=folder)
+    state = state_dicts(objects)
+    with _alone_is_fine():
+        dcp.save(state, checkpoint_id=folder, no_dist=not _distributed())
 
 
 def load(objects: dict[str, Any], folder: str) -> None:
@@ -61,13 +66,29 @@ def load(objects: dict[str, Any], folder: str) -> None:
     )
 
     state = state_dicts(objects)
-    dcp.load(state, checkpoint_id=folder)
+    with _alone_is_fine():
+        dcp.load(state, checkpoint_id=folder, no_dist=not _distributed())
     model = _the_model(objects)
     for name, obj in objects.items():
         if isinstance(obj, nn.Module):
             set_model_state_dict(unwrap(obj), state[name])
         else:
             set_optimizer_state_dict(unwrap(model), obj, state[name])
+
+
+@contextlib.contextmanager
+def _alone_is_fine() -> Iterator[None]:
+    """Without a process group DCP warns that it assumes one process: that is meant here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+        yield
+
+
+def _distributed() -> bool:
+    """Whether a process group is there (without one, DCP reads and writes as one process)."""
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
 
 
 def _the_model(objects: dict[str, Any]) -> nn.Module:

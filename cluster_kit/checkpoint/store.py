@@ -38,7 +38,8 @@ SET_ASIDE = "set-aside.json"
 PARTIAL = ".partial-"
 STEP_NAME = re.compile(r"step-(\d+)\Z")
 # A file a manifest may name: a plain name, or one level below (dcp/...).
-FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)?\Z")
+# DCP names its index ".metadata"; "." and ".." are refused apart.
+FILE_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*(/[A-Za-z0-9_.][A-Za-z0-9_.-]*)?\Z")
 CHUNK = 8 << 20
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
@@ -251,7 +252,7 @@ def read_manifest(folder: str) -> dict[str, Any]:
     if not isinstance(files, dict) or not isinstance(manifest.get("step"), int):
         raise CheckpointError(f"{MANIFEST} has no step or no files")
     for name, entry in files.items():
-        if not FILE_NAME.match(name) or ".." in name.split("/"):
+        if not FILE_NAME.match(name) or {".", ".."} & set(name.split("/")):
             raise CheckpointError(f"{MANIFEST} names {name!r}, not a file of the checkpoint")
         if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
             raise CheckpointError(f"{MANIFEST} has no sha256 for {name}")
