@@ -75,6 +75,7 @@ _supervision = _load_supervision()
 heartbeat: Callable[[], None] = _supervision.heartbeat
 stop_requested: Callable[[], bool] = _supervision.stop_requested
 enable_supervision: Callable[[], Any] = _supervision.enable_supervision
+paused: Callable[..., Any] = _supervision.paused
 
 ENV_FLAG = "CLUSTERKIT_CUDA_GRAPHS"
 DDP_MIN_WARMUP = 11  # PyTorch's CUDA graphs notes: DDP needs 11 eager iterations first

@@ -4,9 +4,11 @@ A job with ``resilience:`` runs a supervisor in its batch script that talks to t
 ranks only through files in one folder every node sees, ``$CLUSTERKIT_CONTROL_DIR``
 (docs/architecture.md, "Supervised ranks"). Per rank this module
 
-* writes ``heartbeat/rank-<RANK>`` (``<steps> <unix_time> <host> <pid>``) at the first
-  :func:`heartbeat` and then at most once per ``CLUSTERKIT_HEARTBEAT_INTERVAL``
-  seconds; a call is a clock read and a compare almost always;
+* writes ``heartbeat/rank-<RANK>`` (``<steps> <unix_time> <host> <pid> [pause]``) at the
+  first :func:`heartbeat` and then at most once per ``CLUSTERKIT_HEARTBEAT_INTERVAL``
+  seconds; a call is a clock read and a compare almost always; :func:`paused` writes
+  it at once when a pause begins and ends (``paused:<since>`` / ``resumed:<at>``),
+  which stops the supervisor's hang clock for a save or an evaluation;
 * runs one daemon thread that polls the folder: ``stop`` (and SIGUSR1) turn
   :func:`stop_requested` True; a new id in ``dump-request`` makes the rank write its
   Python stacks, its Flight Recorder history as JSON and then a ``.done`` marker;
@@ -21,6 +23,7 @@ imported here. ``cluster_kit.ddp`` re-exports the public calls.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import json
 import logging
@@ -32,7 +35,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -123,6 +126,9 @@ class Supervision:
         self._next_write = 0.0  # monotonic time of the next write; 0 = at the next beat
         self._last_beat = 0.0
         self._written_steps = -1
+        self._pauses = 0  # nesting depth of paused()
+        self.pause_reason = ""
+        self._pause_mark = ""  # "paused:<since>" while paused, "resumed:<at>" after the last pause
         self._fd: int | None = None
         self._length = 0
         self._lock = threading.Lock()  # the main thread and the watcher both write the heartbeat
@@ -159,7 +165,8 @@ class Supervision:
                 self._next_write = float("inf")
                 return
             steps, when = self.steps, time.time() - (now - self._last_beat)
-            line = f"{steps} {when:.3f} {self.host} {self.pid}\n".encode()
+            mark = f" {self._pause_mark}" if self._pause_mark else ""
+            line = f"{steps} {when:.3f} {self.host} {self.pid}{mark}\n".encode()
             try:
                 self._pwrite(line)
             except OSError as exc:
@@ -175,6 +182,27 @@ class Supervision:
         if len(line) < self._length:
             os.ftruncate(self._fd, len(line))
         self._length = len(line)
+
+    def pause(self, reason: str) -> None:
+        """The hang clock stops from now until :meth:`resume` (pauses nest)."""
+        with self._lock:
+            self._pauses += 1
+            if self._pauses == 1:
+                self._pause_mark = f"paused:{time.time():.3f}"
+                self.pause_reason = reason
+        self._write_now()
+
+    def resume(self) -> None:
+        """The pause begun last ends; the clock starts again when the outermost one does."""
+        with self._lock:
+            self._pauses = max(0, self._pauses - 1)
+            if self._pauses == 0:
+                self._pause_mark = f"resumed:{time.time():.3f}"
+        self._write_now()
+
+    def _write_now(self) -> None:
+        self._next_write = 0.0
+        self.write_heartbeat()
 
     def flush_heartbeat(self) -> None:
         """Write the last counted steps once the loop has stopped beating (watcher side)."""
@@ -344,6 +372,12 @@ class _Off:
     def beat(self) -> None:
         pass
 
+    def pause(self, reason: str) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
+
 
 _OFF = _Off()
 _ACTIVE: Any = None  # Supervision, _OFF, or None before the first call
@@ -417,6 +451,22 @@ def stop_requested() -> bool:
     The script then saves a checkpoint and returns normally; the job is requeued.
     """
     return bool((_ACTIVE or _enabled()).stop)
+
+
+@contextlib.contextmanager
+def paused(reason: str = "paused") -> Iterator[None]:
+    """Stop the job's hang clock while the block runs (a checkpoint save, an evaluation).
+
+    While any rank is inside, no rank counts as hung; when the last one leaves, every
+    rank's clock starts again from then. ``reason`` is for the logs. A no-op when the
+    job is not supervised.
+    """
+    link = _ACTIVE or _enabled()
+    link.pause(reason)
+    try:
+        yield
+    finally:
+        link.resume()
 
 
 def _enabled() -> Any:

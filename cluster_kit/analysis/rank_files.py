@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .flight_recorder import DumpError, RankDump, parse_dump
 
@@ -34,6 +34,8 @@ class Heartbeat:
     time: float
     host: str
     pid: int
+    paused_since: float | None = None  # the rank is inside ddp.paused() since then
+    resumed_at: float | None = None  # when its last pause ended
 
 
 @dataclass(frozen=True)
@@ -111,12 +113,19 @@ def user_frame(frames: tuple[Frame, ...]) -> Frame:
 
 
 def parse_heartbeat(text: str) -> Heartbeat:
-    """``<steps> <unix_time> <host> <pid>``; ValueError naming what is wrong."""
+    """``<steps> <unix_time> <host> <pid> [paused:<since>|resumed:<at>]``; ValueError
+    naming what is wrong."""
     fields = text.split("\n", 1)[0].split()
-    if len(fields) != 4:
-        raise ValueError(f"a heartbeat line has 4 fields (steps time host pid), not {text[:80]!r}")
-    steps, when, host, pid = fields
-    return Heartbeat(int(steps), float(when), host, int(pid))
+    if len(fields) not in (4, 5):
+        raise ValueError(f"a heartbeat line has 4 or 5 fields (steps time host pid [pause]), not {text[:80]!r}")
+    steps, when, host, pid = fields[:4]
+    beat = Heartbeat(int(steps), float(when), host, int(pid))
+    if len(fields) == 5:
+        kind, sep, at = fields[4].partition(":")
+        if not sep or kind not in ("paused", "resumed"):
+            raise ValueError(f"a heartbeat's fifth field is paused:<time> or resumed:<time>, not {fields[4][:40]!r}")
+        beat = replace(beat, paused_since=float(at)) if kind == "paused" else replace(beat, resumed_at=float(at))
+    return beat
 
 
 def parse_header(text: str) -> tuple[dict[str, str], str]:

@@ -237,6 +237,7 @@ JOB_NCCL = Section({**NETWORK_FIELDS, "debug": Field(one_of("VERSION", "WARN", "
 RESILIENCE = Section({
     "max_restarts": Field(integer(lo=0), 3),
     "hang_timeout": Field(positive_number(), 300),
+    "startup_timeout": Field(positive_number()),
     "exclude": Field(one_of("blamed", "never"), "blamed"),
     "grace": Field(integer(0, SIGNAL_TIME_MAX), 120),  # the sig_time of sbatch --signal
     "max_time_requeues": Field(integer(lo=0), 5),
@@ -380,6 +381,8 @@ DESCRIPTIONS: dict[str, str] = {
                        "unless the job's own slurm sets them."),
     "job.resilience.max_restarts": "Restarts after a failure (hang, crash, node failure).",
     "job.resilience.hang_timeout": "Seconds in which every rank must finish a step; else it is a hang.",
+    "job.resilience.startup_timeout": ("Seconds from the start of an attempt to the first finished step of every "
+                                       "rank (imports, rendezvous, loading a checkpoint); default max(hang_timeout, 600)."),
     "job.resilience.exclude": ("blamed: restart without the nodes a diagnosis blamed, while enough others remain; "
                                "never: keep them."),
     "job.resilience.grace": ("Seconds before the time limit (and on preemption) the ranks are told to checkpoint: "

@@ -59,11 +59,11 @@ class Chain:
     def after(self, job_id: str) -> str | None:
         """The job the chain went on as after `job_id`'s attempt ended; None when it did not."""
         attempt = self.attempt_of(job_id)
+        if attempt is not None and attempt.get("next_job_id"):
+            return str(attempt["next_job_id"])
         if attempt is not None and attempt.get("ended") == "preempted" and self.final is None:
             return job_id  # Slurm requeued it: the chain goes on as the same job
-        if attempt is None or attempt.get("ended") == "running" or not attempt.get("next_job_id"):
-            return None
-        return str(attempt["next_job_id"])
+        return None
 
     def ended(self, job_id: str) -> bool:
         """True once the record says how `job_id`'s attempt ended (or the chain is over)."""

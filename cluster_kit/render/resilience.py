@@ -4,7 +4,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-OPTIONS = (("max_restarts", "--max-restarts"), ("hang_timeout", "--hang-timeout"), ("exclude", "--exclude"),
+OPTIONS = (("max_restarts", "--max-restarts"), ("hang_timeout", "--hang-timeout"),
+           ("startup_timeout", "--startup-timeout"), ("exclude", "--exclude"),
            ("grace", "--grace"), ("max_time_requeues", "--max-time-requeues"),
            ("checkpoint_dir", "--checkpoint-dir"))
 

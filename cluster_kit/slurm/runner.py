@@ -24,7 +24,10 @@ DEFAULT_TIMEOUT_S = 60.0
 # then fails (e.g. SLURM_MEM_PER_CPU vs SLURM_MEM_PER_NODE). SQUEUE_/SINFO_/
 # SACCT_/SCANCEL_ ones filter or reformat the output the parsers read.
 SCRUBBED_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "SQUEUE_", "SINFO_",
-                     "SACCT_", "SCANCEL_", "SCONTROL_")
+                     "SACCT_", "SCANCEL_", "SCONTROL_",
+                     # clusterkit's own: a job submitted from inside a supervised job
+                     # must not carry its control folder, attempt or checkpoint folder
+                     "CLUSTERKIT_")
 
 
 # Set by the user to pick the cluster, never by Slurm for a job: kept.

@@ -11,7 +11,8 @@ import zipfile
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent
-MODULES = ("supervisor/__init__.py", "supervisor/record.py", "supervisor/decide.py", "supervisor/job.py",
+MODULES = ("supervisor/__init__.py", "supervisor/private.py", "supervisor/record.py", "supervisor/decide.py",
+           "supervisor/slurmctl.py", "supervisor/attempt.py", "supervisor/job.py",
            "analysis/flight_recorder.py", "analysis/rank_files.py", "analysis/culprit.py", "slurm/outcome.py",
            "hostlist.py")
 MAIN = "import sys\nfrom cluster_kit.supervisor.job import main\nsys.exit(main())\n"

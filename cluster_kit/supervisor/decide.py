@@ -4,11 +4,15 @@
   `hang_timeout`. The clock of a rank starts at its first heartbeat, or at the
   first heartbeat of any rank for one that has none yet; before any rank finished
   a step (imports, rendezvous, loading a checkpoint) the attempt has
-  `max(hang_timeout, STARTUP_S)`.
+  `startup_timeout` (default `max(hang_timeout, STARTUP_S)`). While any rank is
+  inside `ddp.paused()` nobody stalls, and every clock starts again when the
+  pause ends.
 - attempt_end: how an attempt ended (SPEC's words) and who is blamed.
 - next_step: restart without the blamed nodes, requeue after the time limit, or
   end the chain, within `max_restarts` / `max_time_requeues`.
 """
+import time
+
 from cluster_kit.hostlist import NodeSet
 
 from .record import FAILURES, REQUEUES, count, excluded_nodes
@@ -17,29 +21,44 @@ STARTUP_S = 600.0
 
 
 class HangClock:
-    def __init__(self, world_size, hang_timeout, started):
+    def __init__(self, world_size, hang_timeout, started, startup_timeout=None):
         self.world_size = world_size
         self.hang_timeout = float(hang_timeout)
+        self.startup_timeout = float(startup_timeout) if startup_timeout else max(self.hang_timeout, STARTUP_S)
         self.started = started
         self.first_beat = None
         self.progress = {}  # rank -> (steps, unix time of its last finished step)
+        self.paused = {}  # rank -> unix time its pause began
+        self.resumed = started  # the end of the last pause of any rank
 
-    def observe(self, rank, steps, when):
-        """A heartbeat: `steps` finished, the last at `when`."""
-        if self.first_beat is None:
+    def observe(self, rank, steps, when, paused_since=None, resumed_at=None):
+        """A heartbeat: `steps` finished, the last at `when`; the rank inside
+        ddp.paused() since `paused_since`, or its last pause ended at `resumed_at`."""
+        if self.first_beat is None and steps > 0:
             self.first_beat = when
         seen = self.progress.get(rank)
-        if seen is None or steps != seen[0]:
+        if (seen is None or steps != seen[0]) and steps > 0:
             self.progress[rank] = (steps, max(when, self.started))
+        if paused_since is not None:
+            self.paused[rank] = paused_since
+        else:
+            self.paused.pop(rank, None)
+        if resumed_at is not None:
+            self.resumed = max(self.resumed, resumed_at)
 
     def since(self, rank):
-        """When the rank's clock started: its last finished step, else the first beat."""
+        """When the rank's clock started: its last finished step, else the first beat,
+        and never before the last pause of any rank ended."""
         seen = self.progress.get(rank)
-        return seen[1] if seen else (self.first_beat if self.first_beat is not None else self.started)
+        start = seen[1] if seen else (self.first_beat if self.first_beat is not None else self.started)
+        return max(start, self.resumed)
 
     def stalled(self, now):
-        """The ranks that finished no step for longer than allowed, at `now`."""
-        limit = self.hang_timeout if self.first_beat is not None else max(self.hang_timeout, STARTUP_S)
+        """The ranks that finished no step for longer than allowed, at `now` (none while
+        any rank is paused: the others wait for it in a collective)."""
+        if self.paused:
+            return []
+        limit = self.hang_timeout if self.first_beat is not None else self.startup_timeout
         return [r for r in range(self.world_size) if now - self.since(r) > limit]
 
     def stalled_since(self, ranks):
@@ -142,3 +161,31 @@ WORDS = {"hang": "a hang", "crash": "a crash", "node_failure": "a node failure",
 
 def _words(ended):
     return WORDS.get(ended, ended)
+
+
+TIME_SLACK_S = 5.0  # a SIGTERM this close to the job's end time is its time limit
+
+
+def term_cause(state, restarts_before, restarts_now, seconds_left):
+    """Why the batch script got SIGTERM: `requeued` (Slurm requeued the job itself:
+    preemption with PreemptMode=REQUEUE, scontrol requeue), `preempted` (preemption
+    that does not requeue), `time_limit`, or `cancelled`.
+
+    `state`: scontrol's JobState now; `restarts_*`: its Restarts= before the attempt
+    and now; `seconds_left`: to its EndTime (None when unknown).
+    """
+    if str(restarts_now).isdigit() and str(restarts_before).isdigit() and int(restarts_now) > int(restarts_before):
+        return "requeued"
+    if state == "PREEMPTED":
+        return "preempted"
+    if state == "TIMEOUT" or (seconds_left is not None and seconds_left <= TIME_SLACK_S):
+        return "time_limit"
+    return "cancelled"
+
+
+def slurm_time(text):
+    """A Slurm time stamp (`2026-12-05T16:30:00`, local time) as unix time; None if it is not one."""
+    try:
+        return time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None

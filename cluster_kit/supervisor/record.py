@@ -18,6 +18,9 @@ One JSON file, `attempts.json`, in the job's record folder
 """
 import json
 import os
+import time
+
+from . import private
 
 FORMAT = "clusterkit.attempts/1"
 RECORD_NAME = "attempts.json"
@@ -36,34 +39,45 @@ def new_record(chain_id, resilience):
             "attempts": [], "final": None}
 
 
+class CorruptRecord(RuntimeError):
+    """An attempts record that is there but cannot be read as one (kept aside)."""
+
+
 def load(folder):
-    """The record in `folder`, or None when there is none (or it is not one)."""
+    """The record in `folder`; None when there is none. A record that is not one is
+    renamed aside (`attempts.json.corrupt-<unix time>`) and CorruptRecord raised: a
+    chain never starts its history anew over one. private.Untrusted for a record
+    another user could have written."""
+    path = os.path.join(folder, RECORD_NAME)
+    raw = private.read(path)
+    if raw is None:
+        return None
     try:
-        with open(os.path.join(folder, RECORD_NAME), encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("attempts"), list):
-        return None
-    return data
+        data = json.loads(raw.decode("utf-8"))
+        problem = None if _is_record(data) else f"it is not a {FORMAT} record"
+    except (UnicodeDecodeError, ValueError) as exc:
+        problem = f"it is not JSON ({exc})"
+    if problem is None:
+        return data
+    kept = f"{path}.corrupt-{int(time.time())}"
+    os.replace(path, kept)
+    raise CorruptRecord(f"the attempts record {path} cannot be read: {problem}; it was kept as {kept}, and "
+                        "the chain does not go on without its history: look at it, then submit the job again")
+
+
+def _is_record(data):
+    return isinstance(data, dict) and data.get("format") == FORMAT and isinstance(data.get("attempts"), list)
 
 
 def make_private_dir(path):
-    """Create `path` (and parents) 0700; an existing one keeps its mode."""
-    os.makedirs(path, mode=0o700, exist_ok=True)
+    """Make `path` 0700, or trust the one there (private.folder)."""
+    return private.folder(path)
 
 
 def save(folder, record):
-    """Write the record 0600 in a 0700 folder, whole (temporary file, then rename)."""
-    make_private_dir(folder)
-    path = os.path.join(folder, RECORD_NAME)
-    tmp = f"{path}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        json.dump(record, out, indent=1, sort_keys=True)
-        out.write("\n")
-    os.replace(tmp, path)
-    return path
+    """Write the record 0600 in its 0700 folder, whole (temporary file, then rename)."""
+    text = json.dumps(record, indent=1, sort_keys=True) + "\n"
+    return private.write(os.path.join(folder, RECORD_NAME), text.encode("utf-8"))
 
 
 def count(record, endings):

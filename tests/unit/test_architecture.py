@@ -18,7 +18,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "cluster_kit"
 # Which modules may import what (module paths relative to cluster_kit/, as dotted names).
 RULES = {
     "paramiko": lambda module: module.startswith("ssh."),
-    "subprocess": lambda module: module in ("slurm.runner", "supervisor.job") or module.startswith("node."),
+    "subprocess": lambda module: module in ("slurm.runner", "supervisor.attempt", "supervisor.slurmctl")
+    or module.startswith("node."),
     "torch": lambda module: module in ("ddp", "node.allreduce_sweep") or module in TORCH_CHECKPOINT,
 }
 # The checkpoint package's torch side; its other modules are stdlib-only (below).
@@ -40,17 +41,24 @@ STDLIB_ONLY = {
     "analysis.culprit": ("cluster_kit.analysis.flight_recorder", "cluster_kit.analysis.rank_files"),
     "slurm.outcome": (),
     "supervisor": (),
-    "supervisor.record": (),
+    "supervisor.private": (),
+    "supervisor.record": ("cluster_kit.supervisor", "cluster_kit.supervisor.private"),
     "checkpoint.interval": (),
     "checkpoint.store": (),
     "checkpoint.fence": ("cluster_kit.checkpoint.store",),
     "checkpoint.status": ("cluster_kit.checkpoint.store",),
     "checkpoint.settings": ("cluster_kit.checkpoint.interval",),
     "supervisor.decide": ("cluster_kit.hostlist", "cluster_kit.supervisor.record"),
+    "supervisor.slurmctl": ("cluster_kit.hostlist", "cluster_kit.supervisor", "cluster_kit.supervisor.decide"),
     "hostlist": (),
-    "supervisor.job": ("cluster_kit.hostlist", "cluster_kit.analysis", "cluster_kit.analysis.culprit", "cluster_kit.analysis.rank_files",
+    "supervisor.attempt": ("cluster_kit.analysis", "cluster_kit.analysis.culprit", "cluster_kit.analysis.rank_files",
+                           "cluster_kit.supervisor", "cluster_kit.supervisor.decide",
+                           "cluster_kit.supervisor.slurmctl"),
+    "supervisor.job": ("cluster_kit.analysis", "cluster_kit.analysis.culprit", "cluster_kit.analysis.rank_files",
                        "cluster_kit.slurm", "cluster_kit.slurm.outcome", "cluster_kit.supervisor",
-                       "cluster_kit.supervisor.decide", "cluster_kit.supervisor.record"),
+                       "cluster_kit.supervisor.attempt", "cluster_kit.supervisor.decide",
+                       "cluster_kit.supervisor.private", "cluster_kit.supervisor.record",
+                       "cluster_kit.supervisor.slurmctl"),
 }
 
 # The layers, lowest first (docs/architecture.md): a room imports only from rooms of

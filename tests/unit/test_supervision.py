@@ -258,3 +258,35 @@ def test_build_steps_beat_by_themselves_once_a_step(tmp_path: Path) -> None:
                         CLUSTERKIT_HEARTBEAT_INTERVAL="0", CLUSTERKIT_PROFILE_STEPS="2",
                         CLUSTERKIT_PROFILE_DIR=str(tmp_path / "traces"))
     assert profiled.stdout.split() == ["_ProfiledStep", "7"], profiled.stderr
+
+
+def test_paused_writes_the_heartbeat_at_once_when_it_begins_and_ends(tmp_path: Path) -> None:
+    link = Supervision(str(tmp_path), rank=1, interval_s=3600, host="n2")
+    link.beat()
+    path = tmp_path / "heartbeat" / "rank-1"
+    before = time.time()
+    link.pause("checkpoint")
+    link.pause("nested")
+    inside = parse_heartbeat(path.read_text())
+    assert inside.steps == 1 and inside.paused_since is not None and inside.paused_since >= round(before, 3) - 0.001
+    link.resume()
+    assert parse_heartbeat(path.read_text()).paused_since == inside.paused_since  # still inside the outer one
+    link.resume()
+    after = parse_heartbeat(path.read_text())
+    assert after.paused_since is None and after.resumed_at is not None and after.resumed_at >= inside.paused_since
+    link.beat()  # later lines keep the end of the last pause
+    assert parse_heartbeat(path.read_text()).resumed_at == after.resumed_at
+
+
+def test_paused_is_a_no_op_without_supervision() -> None:
+    script = textwrap.dedent("""
+        import os
+        os.environ.pop("CLUSTERKIT_CONTROL_DIR", None)
+        from cluster_kit import ddp
+        with ddp.paused("checkpoint"):
+            print("inside")
+        print("after")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=120,
+                          check=False)
+    assert (done.returncode, done.stdout) == (0, "inside\nafter\n"), done.stderr

@@ -156,7 +156,7 @@ def test_a_bad_heartbeat_is_quoted_to_80_characters() -> None:
     try:
         parse_heartbeat(text)
     except ValueError as exc:
-        assert str(exc) == f"a heartbeat line has 4 fields (steps time host pid), not {text[:80]!r}"
+        assert str(exc) == f"a heartbeat line has 4 or 5 fields (steps time host pid [pause]), not {text[:80]!r}"
     else:
         raise AssertionError("no ValueError")
 

@@ -15,9 +15,9 @@ from cluster_kit.config.load import load_job, validate_files
 from cluster_kit.config.search import SearchPath
 from cluster_kit.config.validators import time_limit_seconds
 
-DEFAULTS = {"max_restarts": 3, "hang_timeout": 300, "exclude": "blamed", "grace": 120,
+DEFAULTS = {"max_restarts": 3, "hang_timeout": 300, "startup_timeout": None, "exclude": "blamed", "grace": 120,
             "max_time_requeues": 5, "checkpoint_dir": None}
-KEYS = "max_restarts, hang_timeout, exclude, grace, max_time_requeues, checkpoint_dir"
+KEYS = "max_restarts, hang_timeout, startup_timeout, exclude, grace, max_time_requeues, checkpoint_dir"
 
 
 @pytest.fixture
@@ -63,10 +63,10 @@ def test_one_key_turns_it_on_and_the_others_keep_their_defaults(tmp_path: Path, 
 
 
 def test_every_key_given(tmp_path: Path, search: SearchPath) -> None:
-    text = ("resilience:\n  max_restarts: 0\n  hang_timeout: 12.5\n  exclude: blamed\n  grace: 0\n"
-            "  max_time_requeues: 0\n  checkpoint_dir: /scratch/alice/run1/ckpt\n")
+    text = ("resilience:\n  max_restarts: 0\n  hang_timeout: 12.5\n  startup_timeout: 900\n  exclude: blamed\n"
+            "  grace: 0\n  max_time_requeues: 0\n  checkpoint_dir: /scratch/alice/run1/ckpt\n")
     assert settings(tmp_path, search, text)["resilience"] == {
-        "max_restarts": 0, "hang_timeout": 12.5, "exclude": "blamed", "grace": 0,
+        "max_restarts": 0, "hang_timeout": 12.5, "startup_timeout": 900, "exclude": "blamed", "grace": 0,
         "max_time_requeues": 0, "checkpoint_dir": "/scratch/alice/run1/ckpt"}
 
 

@@ -120,7 +120,9 @@ def plant_chain(name: str, logs: Path, **changes: Any) -> dict[str, Any]:
 
 def save_chain(logs: Path, data: dict[str, Any]) -> dict[str, Any]:
     """Write the record as the supervisor does (0600 in a 0700 folder)."""
-    record.save(record.folder_for(str(logs / "train.out"), data["job_id"]), data)
+    folder = record.folder_for(str(logs / "train.out"), data["job_id"])
+    record.make_private_dir(folder)
+    record.save(folder, data)
     return data
 
 

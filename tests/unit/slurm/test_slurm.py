@@ -460,7 +460,8 @@ def test_partition_nodes_and_drain() -> None:
 def test_environment_scrubbing_keeps_the_config_source() -> None:
     env = {"PATH": "/bin", "SLURM_CONF": "/etc/slurm/slurm.conf", "SLURM_CLUSTERS": "a",
            "SLURM_JOB_ID": "7", "SLURM_MEM_PER_CPU": "100", "SBATCH_PARTITION": "x",
-           "SQUEUE_FORMAT": "%i", "SLURM_TIME_FORMAT": "relative", "HOME": "/root"}
+           "SQUEUE_FORMAT": "%i", "SLURM_TIME_FORMAT": "relative", "HOME": "/root",
+           "CLUSTERKIT_CONTROL_DIR": "/out/clusterkit-7/attempt-0", "CLUSTERKIT_ATTEMPT": "2"}
     assert slurm_runner.scrubbed_environment(env) == {
         "PATH": "/bin", "SLURM_CONF": "/etc/slurm/slurm.conf", "SLURM_CLUSTERS": "a",
         "HOME": "/root"}

@@ -124,17 +124,6 @@ def test_completed_and_cancelled_end_the_chain(ended: str, code: int) -> None:
     assert (step["action"], step["exit_code"]) == ("finish", code)
 
 
-def test_the_record_is_private_and_read_back(tmp_path: Path) -> None:
-    folder = tmp_path / "out" / "clusterkit-7"
-    rec = chain(("hang", ["n2"]), ("completed", []))
-    path = record.save(str(folder), rec)
-    assert record.load(str(folder)) == rec
-    assert (Path(path).stat().st_mode & 0o777, folder.stat().st_mode & 0o777) == (0o600, 0o700)
-    assert record.folder_for("/x/out/job-7.out", "7") == "/x/out/clusterkit-7"
-    (folder / record.RECORD_NAME).write_text("{not json")
-    assert record.load(str(folder)) is None
-
-
 def test_the_nodes_excluded_first_come_back_when_too_few_would_be_left() -> None:
     rec = chain(("hang", ["n2"]), ("crash", []))
     step = decide.next_step(rec, "crash", decide.culprit_of([0], ["n1"], "..."), RESILIENCE, 1,

@@ -1,0 +1,192 @@
+"""One launch under watch: signals, heartbeats, node states, the launch's Slurm lines
+(stdlib only, Python 3.8+).
+
+`Attempt.watch` returns once the launch exited, a hang was diagnosed, Slurm says an
+allocated node failed, or a SIGTERM came (scancel, the time limit, preemption): the
+caller decides what it was. Signal handlers only set flags and write the `stop`
+file; every Slurm command runs in the main loop.
+"""
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from cluster_kit.analysis import culprit as culprits
+from cluster_kit.analysis import rank_files
+from cluster_kit.supervisor import decide, slurmctl
+
+POLL_S = 1.0
+NODE_POLL_S = 5.0  # how often the allocated nodes' Slurm states are read
+DUMP_WAIT_S = 20.0  # how long the ranks get to answer a dump request
+STOP_WAIT_S = 15.0  # SIGTERM to the launch, then SIGKILL
+STACK_CHARS = 4000  # of each rank's stack kept in the record
+KEPT_LINES = 400  # srun / slurmstepd lines kept to read how the launch ended
+SLURM_LINE = ("srun:", "slurmstepd", "srun ")
+
+
+def say(message):
+    sys.stderr.write(f"clusterkit supervisor: {message}\n")
+    sys.stderr.flush()
+
+
+class Watched:
+    """Why `watch` returned: the launch's exit code (None while it runs), and one of
+    `exit`, `hang` (with the culprit), `nodes` (with the culprit) or `signal`."""
+
+    def __init__(self, why, code=None, culprit=None):
+        self.why = why
+        self.code = code
+        self.culprit = culprit
+
+
+class Attempt:
+    """One launch under watch."""
+
+    def __init__(self, launch, control, env, nodes, world_size, tasks_per_node):
+        self.launch = launch
+        self.control = control
+        self.env = env
+        self.nodes = nodes  # the attempt's nodes, in Slurm's order
+        self.world_size = world_size
+        self.tasks_per_node = tasks_per_node
+        self.grace = False
+        self.terminated = False
+        self.proc = None
+        self.lines = []
+
+    # --- signals (flags and the stop file only) ---------------------------------------
+    def on_grace(self, signum, frame):
+        self.grace = True
+        self.write_stop()
+
+    def on_term(self, signum, frame):
+        """SIGTERM (scancel, the time limit, preemption): the ranks are told to stop at
+        once, so that a checkpoint can still be written; the caller finds out why."""
+        self.terminated = True
+        self.write_stop()
+
+    def write_stop(self):
+        try:
+            fd = os.open(os.path.join(self.control, "stop"), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            os.close(fd)
+        except OSError as exc:
+            say(f"cannot write the stop file: {exc}")
+
+    def start(self):
+        signal.signal(signal.SIGUSR1, self.on_grace)
+        signal.signal(signal.SIGTERM, self.on_term)
+        signal.signal(signal.SIGINT, self.on_term)
+        self.proc = subprocess.Popen(self.launch, env=self.env, stderr=subprocess.PIPE)
+        thread = threading.Thread(target=self._copy_stderr, daemon=True)
+        thread.start()
+        return thread
+
+    def _copy_stderr(self):
+        """The launch's stderr goes on to the job's, and srun's own lines are kept."""
+        out = getattr(sys.stderr, "buffer", None)
+        for raw in iter(self.proc.stderr.readline, b""):
+            if out is not None:
+                out.write(raw)
+                out.flush()
+            line = raw.decode("utf-8", "replace").strip()
+            if line.startswith(SLURM_LINE) or "slurmstepd" in line:
+                self.lines = (self.lines + [line])[-KEPT_LINES:]
+
+    # --- watching ------------------------------------------------------------------------
+    def heartbeats(self, clock):
+        for rank, path in rank_files.rank_paths(os.path.join(self.control, "heartbeat"), "").items():
+            try:
+                beat = rank_files.parse_heartbeat(rank_files.read_text(path))
+            except (OSError, ValueError):
+                continue
+            clock.observe(rank, beat.steps, beat.time, beat.paused_since, beat.resumed_at)
+
+    def watch(self, clock):
+        """Until the launch exits, a hang is diagnosed, a node fails or a SIGTERM came."""
+        next_nodes = time.time() + NODE_POLL_S
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                return Watched("exit", code)
+            if self.terminated:
+                return Watched("signal")
+            self.heartbeats(clock)
+            now = time.time()
+            if now >= next_nodes:
+                next_nodes = now + NODE_POLL_S
+                down = self.failed_nodes(now)
+                if down is not None:
+                    self.stop_launch()
+                    return Watched("nodes", self.proc.wait(), down)
+            stalled = [] if self.grace else clock.stalled(now)
+            if stalled:
+                say(f"ranks {culprits.format_ranks(stalled)} finished no step for "
+                    f"{now - clock.stalled_since(stalled):.0f} s: asking every rank for its stack and collectives")
+                hang = self.diagnose_hang(clock, stalled)
+                self.stop_launch()
+                return Watched("hang", self.proc.wait(), hang)
+            time.sleep(POLL_S)
+
+    def failed_nodes(self, now):
+        """The culprit of a node failure Slurm reports for an allocated node, else None."""
+        try:
+            states = slurmctl.node_states(self.nodes)
+        except RuntimeError:
+            return None
+        bad = {n: states[n] for n in self.nodes if n in states and slurmctl.is_bad(states[n][0])}
+        if not bad:
+            return None
+        said = ", ".join(f"{n} is {s}" + (f" ({why})" if why and why != "none" else "")
+                         for n, (s, why, _) in sorted(bad.items()))
+        say(f"Slurm says {said}: ending the attempt")
+        blamed = decide.culprit_of([], sorted(bad), f"Slurm reports {said}")
+        since = [decide.slurm_time(at) for _, _, at in bad.values()]
+        since = [t for t in since if t is not None and t <= now]
+        if since:
+            blamed["detected_after_s"] = round(now - max(since), 1)
+        return blamed
+
+    def diagnose_hang(self, clock, stalled):
+        request = f"hang-{int(time.time())}"
+        path = os.path.join(self.control, "dump-request")
+        tmp = path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(request + "\n")
+        os.replace(tmp, path)
+        dumps = os.path.join(self.control, "dumps", request)
+        deadline = time.time() + DUMP_WAIT_S
+        while time.time() < deadline and len(rank_files.rank_paths(dumps, ".done")) < self.world_size:
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.5)
+        files = rank_files.read_dump_folder(self.control, request)
+        verdict = culprits.find_culprit(files, self.world_size)
+        hosts = list(verdict.hosts) or [self.host_of(r) for r in verdict.ranks]
+        hang = decide.culprit_of(verdict.ranks, hosts, verdict.evidence)
+        hang["stacks"] = {str(r): f.stack.text[-STACK_CHARS:] for r, f in files.items() if f.stack}
+        hang["detected_after_s"] = round(time.time() - clock.stalled_since(stalled), 1)
+        return hang
+
+    def host_of(self, rank):
+        """The node of a rank that told nothing: srun places ranks node by node."""
+        index = rank // max(1, self.tasks_per_node)
+        return self.nodes[index] if index < len(self.nodes) else ""
+
+    def stop_launch(self, wait_s=STOP_WAIT_S):
+        if self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+    def wait_launch(self, timeout):
+        """The launch's exit code once it ended within `timeout`, else None."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None

@@ -1,0 +1,146 @@
+"""The Slurm commands the supervisor runs, each with a timeout (stdlib only, Python 3.8+).
+
+Nothing here is built from what a rank wrote: job ids come from Slurm, node names
+from the allocation, the script from the record folder after its digest matched.
+"""
+import os
+import subprocess
+import time
+
+from cluster_kit.hostlist import NodeSet
+from cluster_kit.supervisor import decide
+
+SLURM_TIMEOUT_S = 60.0
+# The comment a restart is submitted with: how its supervisor finds the chain it goes
+# on (Slurm keeps it with the job; only the job's user or an operator can set it).
+CHAIN_COMMENT = "clusterkit-chain="
+# Node states (sinfo %T) in which a node no longer serves the job.
+BAD_STATES = ("down", "drain", "fail", "not_responding", "no_respond", "power_down", "powered_down")
+
+
+def slurm(argv, env=None, stdin=None):
+    """stdout of a Slurm command; raises RuntimeError with its stderr."""
+    try:
+        done = subprocess.run(argv, input=stdin, capture_output=True, timeout=SLURM_TIMEOUT_S, env=env,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeError(f"{argv[0]}: {exc}")
+    out, err = (done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace"))
+    if done.returncode != 0:
+        raise RuntimeError("{} failed: {}".format(" ".join(argv[:2]), err.strip() or done.returncode))
+    return out
+
+
+def show_job(job_id):
+    """`scontrol show job -o` as {key: value} (values without spaces, as Slurm prints them)."""
+    fields = {}
+    for token in slurm(["scontrol", "show", "job", "-o", job_id]).split():
+        key, sep, value = token.partition("=")
+        if sep and key not in fields:
+            fields[key] = value
+    return fields
+
+
+def job_comment(job_id):
+    """The job's comment (`squeue %k`), '' when it has none."""
+    text = slurm(["squeue", "-h", "-j", job_id, "-o", "%k"]).strip()
+    return "" if text in ("(null)", "") else text
+
+
+def chain_of(comment):
+    """The first job id of the chain a restart goes on, from its comment; None for a first job."""
+    for word in comment.replace(";", " ").split():
+        if word.startswith(CHAIN_COMMENT) and word[len(CHAIN_COMMENT):].isdigit():
+            return word[len(CHAIN_COMMENT):]
+    return None
+
+
+def user_comment(comment):
+    """The comment without clusterkit's chain word: what the user's job set."""
+    words = [w for w in comment.split(";") if chain_of(w) is None]
+    return ";".join(words).strip()
+
+
+def hostnames(nodelist):
+    try:
+        return list(NodeSet(nodelist))
+    except ValueError:
+        return []
+
+
+def parse_node_states(text):
+    """`sinfo -h -N -o '%N|%T|%E|%H'` lines -> {node: (state, reason, reason time or '')}."""
+    states = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 4 and parts[0]:
+            states.setdefault(parts[0], (parts[1].lower(), parts[2], parts[3]))
+    return states
+
+
+def node_states(nodes):
+    """{node: (state, reason, reason time)} of `nodes` as Slurm sees them now."""
+    if not nodes:
+        return {}
+    return parse_node_states(slurm(["sinfo", "-h", "-N", "-n", ",".join(nodes), "-o", "%N|%T|%E|%H"]))
+
+
+def is_bad(state):
+    """Whether a node in this sinfo state (%T, maybe with `*` for not responding) no longer serves a job."""
+    return state.endswith("*") or any(state.startswith(bad) for bad in BAD_STATES)
+
+
+def failed_nodes(nodes):
+    """Allocated nodes Slurm marks DOWN, DRAIN, FAIL or not responding ([] when sinfo fails)."""
+    try:
+        states = node_states(nodes)
+    except RuntimeError:
+        return []
+    return [n for n in nodes if n in states and is_bad(states[n][0])]
+
+
+def partition_nodes(job):
+    """The nodes of the job's partition ([] when Slurm does not say)."""
+    try:
+        return slurm(["sinfo", "-h", "-N", "-p", job.get("Partition", ""), "-o", "%N"]).split()
+    except RuntimeError:
+        return []
+
+
+def submit_next(script, job_id, chain_id, exclude, comment=""):
+    """sbatch the next attempt (`script`: the bytes of the verified copy, on stdin), to
+    start once this job ended; its job id."""
+    # append: an output path without %j is every attempt's, and sbatch would truncate it
+    argv = ["sbatch", "--parsable", f"--dependency=afterany:{job_id}", "--kill-on-invalid-dep=yes",
+            "--open-mode=append", "--comment=" + ";".join(filter(None, [CHAIN_COMMENT + chain_id, comment]))]
+    if exclude:
+        argv.append(f"--exclude={NodeSet.of(exclude)}")
+    return slurm(argv, env=submit_environment(os.environ), stdin=script).strip().split(";")[0]
+
+
+def submit_environment(environ):
+    """The environment of an sbatch from inside a job: none of this job's Slurm
+    variables and none of clusterkit's (a job's identity never comes from them)."""
+    return {k: v for k, v in environ.items()
+            if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "CLUSTERKIT_")) or k == "SLURM_CONF"}
+
+
+def requeued_since(job_id, restarts):
+    """Whether Slurm requeued the job after the run that saw `restarts` (scontrol's
+    Restarts= counts the requeues; it has gone up by the time the batch script gets
+    SIGTERM, where a cancelled job's has not)."""
+    try:
+        now = show_job(job_id).get("Restarts", "0")
+    except RuntimeError:
+        return False
+    return now.isdigit() and str(restarts).isdigit() and int(now) > int(restarts)
+
+
+def cancel(job_id):
+    slurm(["scancel", job_id])
+
+
+def seconds_left(job, now=None):
+    """Seconds to the job's EndTime (`scontrol show job`'s, local time), None when unknown."""
+    when = decide.slurm_time(job.get("EndTime", ""))
+    return None if when is None else when - (time.time() if now is None else now)
