@@ -255,8 +255,7 @@ class Checkpointer:
     def _save_on_rank0(self, step: int, state: dict[str, Any], on_dcp: dict[str, Any], partial: str,
                        world: int, began: float, blocking: bool) -> int:
         """Write (or copy and hand to the writer) rank 0's part; the step the next save is due."""
-        with _paused("waiting for the last checkpoint write"):
-            self._join_writer()
+        self._join_writer()
         self._raise_failure()  # the last background write's error, on every rank through save()
         self._measure_step(step, began)
         contents = {n: "sharded" if n in on_dcp else kind_of(o) for n, o in state.items()}
@@ -335,14 +334,15 @@ class Checkpointer:
         self._thread.start()
 
     def _join_writer(self) -> None:
+        """Wait for the write in flight, with the hang clock stopped: no step runs meanwhile."""
         if self._thread is not None:
-            self._thread.join()
+            with _paused("waiting for the last checkpoint write"):
+                self._thread.join()
             self._thread = None
 
     def wait(self) -> None:
         """Block until the background write (if any) is committed; raise its error."""
-        with _paused("waiting for the last checkpoint write"):
-            self._join_writer()
+        self._join_writer()
         self._raise_failure()
 
     @property
@@ -351,7 +351,8 @@ class Checkpointer:
         return self._thread is not None and self._thread.is_alive()
 
     def _finish_at_exit(self) -> None:
-        self._join_writer()
+        if self._thread is not None:
+            self._thread.join()
 
     def _raise_failure(self) -> None:
         failure, self._failure = self._failure, None

@@ -8,7 +8,7 @@ attempt 0, no chain, no control folder, and the folder it names itself.
 | --- | --- | --- |
 | ``CLUSTERKIT_CHECKPOINT_DIR`` | the folder every node sees | the script's ``directory`` |
 | ``CLUSTERKIT_ATTEMPT`` | 0, 1, ...: the attempt of the chain | 0 |
-| ``CLUSTERKIT_CHAIN_ID`` | the chain's first job id | ``""`` |
+| ``CLUSTERKIT_CHAIN_ID`` | the chain's first job id | the control folder's parent's name, else ``""`` |
 | ``CLUSTERKIT_CONTROL_DIR`` | where ``checkpoint.json`` goes | no status file |
 | ``CLUSTERKIT_CHECKPOINT_EVERY`` | ``auto``, steps, or ``30m`` | ``auto`` |
 | ``CLUSTERKIT_KEEP_CHECKPOINTS`` | how many to keep | 3 |
@@ -59,6 +59,7 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> Settings:
     """
     env = os.environ if environ is None else environ
     nodes = nodes_from_env(env)
+    control_dir = env.get(CONTROL_DIR_ENV, "").strip() or None
     every_text = env.get(EVERY_ENV, "").strip()
     try:
         every = parse_every(every_text) if every_text else Every("auto")
@@ -67,8 +68,8 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> Settings:
     return Settings(
         directory=env.get(DIR_ENV, "").strip() or None,
         attempt=_number(env, ATTEMPT_ENV, 0, int),
-        chain=env.get(CHAIN_ENV, "").strip(),
-        control_dir=env.get(CONTROL_DIR_ENV, "").strip() or None,
+        chain=env.get(CHAIN_ENV, "").strip() or chain_of(control_dir),
+        control_dir=control_dir,
         every=every,
         keep=_number(env, KEEP_ENV, DEFAULT_KEEP, int, low=1),
         mtbf_s=_number(env, MTBF_ENV, job_mtbf_s(nodes), float, low=1),
@@ -77,6 +78,18 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> Settings:
         rank=_first_int(env, ("RANK", "SLURM_PROCID"), 0),
         world_size=_first_int(env, ("WORLD_SIZE", "SLURM_NTASKS"), 1),
     )
+
+
+def chain_of(control_dir: str | None) -> str:
+    """The chain a control folder belongs to: its record folder's name (``clusterkit-<job id>``).
+
+    Every attempt's control folder is ``<record folder>/attempt-<N>``, one record folder
+    per chain, so attempts of two chains that share a checkpoint folder are told apart
+    even where the chain id itself is not exported.
+    """
+    if not control_dir:
+        return ""
+    return os.path.basename(os.path.dirname(os.path.normpath(control_dir)))
 
 
 def nodes_from_env(env: Mapping[str, str]) -> int:

@@ -261,10 +261,12 @@ RANK_SCRIPT = textwrap.dedent("""
             signal.sigtimedwait([], 0.05)
     saver.save(1, **state)
     print("in flight" if saver.in_flight else "committed", os.path.isdir(os.path.join(folder, "step-1")))
+    if how == "stop":  # the heartbeat's last field: the hang clock ran again after the save
+        print(open(os.path.join(os.environ["CLUSTERKIT_CONTROL_DIR"], "heartbeat", "rank-0")).read().split()[-1][:8])
 """)
 
 
-@pytest.mark.parametrize("how, printed", [("exit", "in flight False"), ("stop", "committed True")])
+@pytest.mark.parametrize("how, printed", [("exit", "in flight False"), ("stop", "committed True\nresumed:")])
 def test_a_save_in_flight_completes_before_the_process_exits(tmp_path: Path, how: str, printed: str) -> None:
     """At a stop signal the save blocks; without one the interpreter waits for the writer at exit."""
     control = tmp_path / "control"
@@ -278,23 +280,29 @@ def test_a_save_in_flight_completes_before_the_process_exits(tmp_path: Path, how
 
 
 # --- the hang clock ------------------------------------------------------------------------
-@contextlib.contextmanager
-def recording(reasons: list[str], reason: str) -> Iterator[None]:
-    reasons.append(reason)
-    yield
-
-
 def test_a_blocking_save_pauses_the_hang_clock_and_an_asynchronous_one_does_not(
         tmp_path: Path, trainer: Trainer, monkeypatch: pytest.MonkeyPatch) -> None:
     reasons: list[str] = []
-    monkeypatch.setattr(supervision, "paused", lambda reason: recording(reasons, reason), raising=False)
+    gate = Gate()
+
+    @contextlib.contextmanager
+    def recording(reason: str) -> Iterator[None]:
+        reasons.append(reason)
+        gate.opened.set()  # the write in flight may end once its waiter has paused the clock
+        yield
+
+    monkeypatch.setattr(supervision, "paused", recording)
     saver = Checkpointer(str(tmp_path), environ={})
     saver.save(1, model=trainer.model)
-    assert reasons == ["checkpoint save", "waiting for the last checkpoint write"]
+    assert reasons == ["checkpoint save"]
     reasons.clear()
-    saver.save(2, async_=True, model=trainer.model)
-    assert reasons == ["waiting for the last checkpoint write"]  # nothing in flight: it returns at once
+    gate.opened.clear()
+    saver.save(2, async_=True, model=trainer.model, gate=gate)
+    assert reasons == []  # the copy to host memory is all the step waits for
+    assert gate.reached.wait(60) and saver.in_flight
     saver.wait()
+    assert reasons == ["waiting for the last checkpoint write"]
+    assert store.verify(str(tmp_path), "step-2") is None
 
 
 # --- the graphed step ----------------------------------------------------------------------

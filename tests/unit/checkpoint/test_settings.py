@@ -25,6 +25,12 @@ def test_a_supervised_rank_reads_what_the_supervisor_exports() -> None:
         world_size=64)
 
 
+def test_without_a_chain_id_the_record_folder_names_the_chain() -> None:
+    env = {"CLUSTERKIT_CONTROL_DIR": "/scratch/logs/clusterkit-4711/attempt-3/"}
+    assert settings_from_env(env).chain == "clusterkit-4711"
+    assert settings_from_env(dict(env, CLUSTERKIT_CHAIN_ID="4711")).chain == "4711"
+
+
 def test_without_the_supervisors_mtbf_it_is_one_nodes_over_the_nodes() -> None:
     assert settings_from_env({"SLURM_NNODES": "4"}).mtbf_s == 5000 * 3600 / 4
 
