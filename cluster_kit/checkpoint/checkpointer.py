@@ -18,12 +18,10 @@ import atexit
 import contextlib
 import logging
 import os
-import socket
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Any, cast
+from typing import Any
 
 import torch
 
@@ -43,6 +41,7 @@ from .state import (
     to_host,
 )
 from .status import StatusFile
+from .writer import Job, saver, write_and_commit
 
 LOG = logging.getLogger("cluster_kit.checkpoint")
 RESERVED = ("step", "async_", "rng")
@@ -233,7 +232,7 @@ class Checkpointer:
             on_dcp = {n: o for n, o in state.items() if self._is_sharded(o)}
             if on_dcp:
                 sharded.save(on_dcp, os.path.join(partial, sharded.SUBFOLDER))
-            store.write_file(partial, f"rng-rank-{rank}.pt", _saver(rng_state()))
+            store.write_file(partial, f"rng-rank-{rank}.pt", saver(rng_state()))
             group.barrier()
             failure: BaseException | None = None
             next_due = 0
@@ -260,7 +259,7 @@ class Checkpointer:
         self._measure_step(step, began)
         contents = {n: "sharded" if n in on_dcp else kind_of(o) for n, o in state.items()}
         parts = {n: state_of(o) for n, o in state.items() if n not in on_dcp}
-        job = _Write(step, partial, parts, contents, world, began, blocking)
+        job = Job(step, partial, parts, contents, world, began, blocking, step_s=self.step_s)
         if blocking:
             self._write(job)
             self._raise_failure()
@@ -279,7 +278,7 @@ class Checkpointer:
         if steps > 0:
             self.step_s = seconds / steps
 
-    def _write(self, job: _Write) -> None:
+    def _write(self, job: Job) -> None:
         """Write rank 0's files, digest every file, commit, prune (on the writer thread when async)."""
         try:
             self._commit(job)
@@ -304,29 +303,15 @@ class Checkpointer:
             pass
         return exc
 
-    def _commit(self, job: _Write) -> None:
-        root, written = self._root(), time.monotonic()
-        files = {}
-        for name, value in job.parts.items():
-            files[f"{name}.pt"] = store.write_file(job.partial, f"{name}.pt", _saver(value))
-        files.update(_files_of_others(job.partial, job.world))
-        write_s = time.monotonic() - written
-        stall = job.stall_s if job.stall_s is not None else time.monotonic() - job.began
-        manifest = store.build_manifest(
-            job.step, attempt=self.token.attempt, chain=self.token.chain, world_size=job.world,
-            host=socket.gethostname(), files=files, contents=job.contents,
-            measured={"step_s": self.step_s, "save_s": stall, "write_s": None if job.blocking else write_s})
-        name = store.commit(root, job.partial, manifest, lambda: check_fence(root, self.token))
-        store.prune(root, self.keep)
-        if job.blocking:
-            self.save_s = stall  # as the manifest has it: a resumed attempt computes the same interval
-        self.write_s = None if job.blocking else write_s
-        self._tell(last={"step": job.step, "name": name, "time": manifest["time"]}, save_s=self.save_s,
+    def _commit(self, job: Job) -> None:
+        written = write_and_commit(self._root(), self.token, self.keep, job)
+        self.save_s, self.write_s = written.save_s, written.write_s  # as the manifest has them
+        self._tell(last={"step": job.step, "name": written.name, "time": written.time}, save_s=self.save_s,
                    write_s=self.write_s, step_s=self.step_s, interval=self._interval_doc())
-        LOG.info("checkpoint %s: step stall %.3f s%s", os.path.join(root, name), self.save_s or 0.0,
-                 "" if job.blocking else f", background write {write_s:.3f} s")
+        LOG.info("checkpoint %s: step stall %.3f s%s", os.path.join(self._root(), written.name), written.save_s,
+                 "" if written.write_s is None else f", background write {written.write_s:.3f} s")
 
-    def _start_writer(self, job: _Write) -> None:
+    def _start_writer(self, job: Job) -> None:
         if not self._exit_hook:
             atexit.register(self._finish_at_exit)
             self._exit_hook = True
@@ -409,46 +394,10 @@ class Checkpointer:
             self._status.add(key, entry)
 
 
-@dataclass
-class _Write:
-    """One save's rank-0 work, handed to the writer thread when asynchronous."""
-
-    step: int
-    partial: str
-    parts: dict[str, Any]
-    contents: dict[str, str]
-    world: int
-    began: float
-    blocking: bool
-    stall_s: float | None = None
-
-
-def _files_of_others(partial: str, world: int) -> dict[str, dict[str, Any]]:
-    """The manifest entries of what the ranks wrote themselves: RNG files and DCP shards."""
-    files = {}
-    for rank in range(world):
-        name = f"rng-rank-{rank}.pt"
-        if not os.path.lexists(os.path.join(partial, name)):
-            raise store.CheckpointError(f"rank {rank} wrote no random number generators into {partial}")
-        files[name] = store.file_entry(os.path.join(partial, name))
-    shards = os.path.join(partial, sharded.SUBFOLDER)
-    if os.path.isdir(shards):
-        for entry in sorted(os.scandir(shards), key=lambda e: e.name):
-            files[f"{sharded.SUBFOLDER}/{entry.name}"] = store.file_entry(entry.path)
-    return files
-
-
 def _has_dtensor(optimizer: Any) -> bool:
     from torch.distributed.tensor import DTensor
 
     return any(isinstance(p, DTensor) for g in optimizer.param_groups for p in g["params"])
-
-
-def _saver(value: Any) -> Callable[[store.DigestWriter], None]:
-    """What writes ``value`` with torch.save into a checkpoint file."""
-    def fill(writer: store.DigestWriter) -> None:
-        torch.save(value, cast(IO[bytes], writer))
-    return fill
 
 
 def _torch_load(path: str) -> Any:

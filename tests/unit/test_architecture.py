@@ -24,7 +24,7 @@ RULES = {
 }
 # The checkpoint package's torch side; its other modules are stdlib-only (below).
 TORCH_CHECKPOINT = ("checkpoint.checkpointer", "checkpoint.state", "checkpoint.data", "checkpoint.sharded",
-                    "checkpoint.group")
+                    "checkpoint.group", "checkpoint.writer")
 # The pure core: text and data in, text and data out; no edge module, not even lazily.
 PURE = ("config.", "render.", "checks.", "report.", "fleet.audit", "fleet.facts", "hostlist", "errors",
         "slurm.builders")
