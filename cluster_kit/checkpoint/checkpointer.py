@@ -149,12 +149,25 @@ class Checkpointer:
         with _paused("checkpoint load"):
             self._prepare()
             rank, _ = group.rank_and_size()
-            name = group.broadcast_object(self._newest_whole() if rank == 0 else None)
+            name = self._agree_on_newest(rank)
             if name is None:
                 self._start_step = 0
                 self._tell(interval=self._interval_doc())
                 return None
             return self._read(name, targets, rank)
+
+    def _agree_on_newest(self, rank: int) -> str | None:
+        """Rank 0 picks (and sets bad ones aside); every rank gets its answer, or its error."""
+        choice: tuple[str | None, str] = (None, "")
+        if rank == 0:
+            try:
+                choice = (self._newest_whole(), "")
+            except (OSError, store.CheckpointError) as exc:
+                choice = (None, f"rank 0 could not read {self._root()}: {exc}")
+        name, error = group.broadcast_object(choice)
+        if error:
+            raise store.CheckpointError(error)
+        return name
 
     def _newest_whole(self) -> str | None:
         """Rank 0: the newest committed checkpoint that verifies; bad ones are set aside."""
