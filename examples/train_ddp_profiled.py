@@ -13,9 +13,9 @@ profiles by itself, instead of the explicit StepProfiler loop.
 log the mean loss: the job's own collective beside DDP's gradient buckets.
 
 It keeps training the way a job with `resilience:` does: with
-CLUSTERKIT_CHECKPOINT_DIR set it resumes from the checkpoint it finds there
-(training only the steps still to do, none once the run is finished) and saves
-one when done. `bench ddp` points CLUSTERKIT_CHECKPOINT_DIR at a fresh folder per
+CLUSTERKIT_CHECKPOINT_DIR set it resumes through cluster_kit.checkpoint from the
+newest checkpoint there that verifies (training only the steps still to do, none
+once the run is finished) and saves one when done. `bench ddp` points CLUSTERKIT_CHECKPOINT_DIR at a fresh folder per
 launch, so every benchmark launch trains (and records) its steps.
 """
 
@@ -26,6 +26,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -67,32 +68,19 @@ def busy(ms: float, device: torch.device) -> None:
         a = torch.tanh(a @ a)
 
 
-def checkpoint_path() -> Path | None:
-    """Where this trainer keeps its checkpoint: in CLUSTERKIT_CHECKPOINT_DIR, when set."""
-    folder = os.environ.get("CLUSTERKIT_CHECKPOINT_DIR")
-    return Path(folder) / "train_ddp_profiled.pt" if folder else None
+def open_checkpoints() -> Any | None:
+    """A cluster_kit.checkpoint Checkpointer over CLUSTERKIT_CHECKPOINT_DIR, when it is set.
 
-
-def resume(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
-    """Load the checkpoint when there is one; the number of steps it has done."""
-    path = checkpoint_path()
-    if path is None or not path.exists():
-        return 0
-    state = torch.load(path, map_location="cpu")
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    return int(state["step"])
-
-
-def save(model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
-    """Rank 0 writes the checkpoint (then renames it: a reader never sees half of one)."""
-    path = checkpoint_path()
-    if path is None or dist.get_rank() != 0:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    part = path.with_name(path.name + ".part")
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, part)
-    part.replace(path)
+    Without clusterkit installed, the checkout this example lives in is put on the path.
+    """
+    if not os.environ.get("CLUSTERKIT_CHECKPOINT_DIR"):
+        return None
+    try:
+        from cluster_kit import checkpoint
+    except ImportError:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from cluster_kit import checkpoint
+    return checkpoint.Checkpointer()
 
 
 def main() -> int:
@@ -105,7 +93,9 @@ def main() -> int:
     loss_fn = nn.MSELoss()
     generator = torch.Generator().manual_seed(1000 + dist.get_rank())
     extra = args.slow_ms if dist.get_rank() == args.slow_rank else 0.0
-    done = resume(model, optimizer)
+    saver = open_checkpoints()
+    loaded = saver.load(model=model, optimizer=optimizer) if saver else None
+    done = loaded.step if loaded else 0
     todo = max(0, args.steps - done)
 
     def batch() -> tuple[torch.Tensor, torch.Tensor]:
@@ -140,7 +130,8 @@ def main() -> int:
             for _ in range(todo):
                 loss = logged(eager(*batch()))
                 prof.step()
-    save(model, optimizer, done + todo)
+    if saver:
+        saver.save(done + todo, model=model, optimizer=optimizer)
     if dist.get_rank() == 0:
         sys.stdout.write(f"rank=0 steps={todo} resumed_at={done} loss={float(loss):.4f} ok\n")
     dist.barrier()

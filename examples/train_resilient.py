@@ -2,12 +2,14 @@
 
 Run under a job with `resilience:` (examples/cpu-resilient.yaml). Each rank:
 
-- resumes from `$CLUSTERKIT_CHECKPOINT_DIR/train_resilient.pt` when it is there
-  (model, optimizer and the step to go on from);
+- resumes through `cluster_kit.checkpoint` from the newest checkpoint in
+  `$CLUSTERKIT_CHECKPOINT_DIR` that verifies (model, optimizer, random number
+  generators and the step to go on from);
 - calls `cluster_kit.ddp.heartbeat()` once a step, so the supervisor sees progress;
-- saves a checkpoint every `--checkpoint-every` steps (rank 0, written whole:
-  a temporary file, then a rename), and at once when `stop_requested()` turns
-  True on any rank (the grace signal before the time limit);
+- saves a checkpoint when `--checkpoint-every` says (steps, a duration such as
+  `30m`, or `auto`; by default the job's `resilience.checkpoint_every`, else 5
+  steps), and at once when `stop_requested()` turns True on any rank (the grace
+  signal before the time limit);
 - writes the final weights to `--weights-out` (rank 0) when all steps are done.
 
 The batch of every (step, rank) is drawn from its own seed, so a run that was
@@ -17,7 +19,9 @@ Faults to try the supervisor with: `--plant ATTEMPT:KIND:RANK:STEP` (repeatable;
 ATTEMPT a number, compared with `CLUSTERKIT_ATTEMPT`, or `any`): KIND `hang` stops
 the rank in `load_batch` at that step (the others wait in DDP's all-reduce),
 `raise` makes it raise there. `--plant 0:hang:3:10` hangs rank 3 at step 10 of
-the first attempt only.
+the first attempt only. `--ignore-stop` never looks at `stop_requested()` (a script
+not written for clusterkit, killed at its time limit); `--slow-save STEP:SECONDS`
+keeps rank 0 inside `ddp.paused` that much longer after STEP, as a slow save would.
 """
 from __future__ import annotations
 
@@ -31,23 +35,22 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from cluster_kit import ddp
-
-CHECKPOINT_NAME = "train_resilient.pt"
+from cluster_kit import checkpoint, ddp
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=40, help="training steps in all")
     parser.add_argument("--step-seconds", type=float, default=0.0, help="extra time each step takes")
-    parser.add_argument("--checkpoint-every", type=int, default=5, help="steps between checkpoints")
+    parser.add_argument("--checkpoint-every", default=os.environ.get("CLUSTERKIT_CHECKPOINT_EVERY", "5"),
+                        help="steps between checkpoints, a duration (30m) or auto")
     parser.add_argument("--weights-out", default="", help="rank 0 writes the final weights here (torch.save)")
     parser.add_argument("--plant", action="append", default=[], type=planted, metavar="ATTEMPT:KIND:RANK:STEP",
                         help="a fault: KIND hang or raise, ATTEMPT a number or any (repeatable)")
     parser.add_argument("--ignore-stop", action="store_true",
                         help="never look at stop_requested() (a script not written for clusterkit)")
     parser.add_argument("--slow-save", type=slow_save, default=(-1, 0.0), metavar="STEP:SECONDS",
-                        help="the checkpoint of STEP takes SECONDS longer (inside ddp.paused)")
+                        help="rank 0 takes SECONDS longer after STEP, inside ddp.paused, as a slow save would")
     return parser.parse_args()
 
 
@@ -79,39 +82,6 @@ def load_batch(step: int, rank: int, hang: bool) -> tuple[torch.Tensor, torch.Te
     return torch.randn(16, 32, generator=generator), torch.randn(16, 1, generator=generator)
 
 
-def checkpoint_path() -> str:
-    return os.path.join(os.environ.get("CLUSTERKIT_CHECKPOINT_DIR", "."), CHECKPOINT_NAME)
-
-
-def save(model: nn.Module, optimizer: torch.optim.Optimizer, step: int, extra_s: float = 0.0) -> None:
-    """Rank 0 writes the checkpoint whole; every rank waits until it is there. The
-    supervisor's hang clock is paused meanwhile, however long the save takes."""
-    with ddp.paused("checkpoint"):
-        _save(model, optimizer, step, extra_s)
-        dist.barrier()
-
-
-def _save(model: nn.Module, optimizer: torch.optim.Optimizer, step: int, extra_s: float) -> None:
-    if dist.get_rank() == 0:
-        time.sleep(extra_s)
-        path = checkpoint_path()
-        torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict()},
-                   path + ".tmp")
-        os.replace(path + ".tmp", path)
-        print(f"checkpoint: step {step} -> {path}", flush=True)
-
-
-def resume(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
-    """The step to go on from: the checkpoint's, or 0."""
-    path = checkpoint_path()
-    if not os.path.exists(path):
-        return 0
-    state = torch.load(path, weights_only=True)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    return int(state["step"])
-
-
 def stop_everywhere(ignore: bool) -> bool:
     """True on every rank once any rank was told to stop (never with `ignore`)."""
     flag = torch.tensor([1.0 if ddp.stop_requested() and not ignore else 0.0])
@@ -127,7 +97,10 @@ def main() -> int:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(32, 64), nn.Tanh(), nn.Linear(64, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    start = resume(model, optimizer)
+    saver = checkpoint.configure(os.environ.get("CLUSTERKIT_CHECKPOINT_DIR", "checkpoints"),
+                                 every=args.checkpoint_every)
+    loaded = saver.load(model=model, optimizer=optimizer)
+    start = loaded.step if loaded else 0
     print(f"rank {rank}: attempt {attempt} starts at step {start} of {args.steps}", flush=True)
     wrapped = nn.parallel.DistributedDataParallel(model)
     for step in range(start, args.steps):
@@ -141,12 +114,18 @@ def main() -> int:
         ddp.heartbeat()
         time.sleep(args.step_seconds)
         done = step + 1
+        if done == args.slow_save[0] and rank == 0:
+            with ddp.paused("checkpoint"):  # as a save this much slower would; the others wait for it
+                time.sleep(args.slow_save[1])
         if stop_everywhere(args.ignore_stop):
-            save(model, optimizer, done)
+            saver.save(done, model=model, optimizer=optimizer)
             print(f"rank {rank}: stopped at step {done} for the time limit", flush=True)
             return 0
-        if done % args.checkpoint_every == 0:
-            save(model, optimizer, done, args.slow_save[1] if done == args.slow_save[0] else 0.0)
+        if saver.due(done):
+            saver.save(done, model=model, optimizer=optimizer)
+            if rank == 0:
+                print(f"checkpoint: step {done} -> {saver.directory}", flush=True)
+    saver.wait()
     if rank == 0 and args.weights_out:
         torch.save(model.state_dict(), args.weights_out)
     print(f"rank {rank}: trained {args.steps} steps", flush=True)

@@ -106,7 +106,7 @@ def test_bench_ddp_names_the_straggler_and_ranks_variants(dev_cluster: Any, tmp_
     assert f"into {trace_dir}/scratch/<variant>" in done.stderr
     assert list(own_checkpoints.iterdir()) == []
     for variant in ("as-is", "bucket_cap_mb=1"):
-        assert (trace_dir / "scratch" / variant / "checkpoint" / "train_ddp_profiled.pt").is_file()
+        assert (trace_dir / "scratch" / variant / "checkpoint" / "latest").read_text() == "step-12\n"
     log = next(tmp_path.glob("ck-stepdiag-*.out")).read_text()
     assert log.count("rank=0 steps=12 resumed_at=0 ") == 2, log
 

@@ -20,8 +20,11 @@ RULES = {
     "paramiko": lambda module: module.startswith("ssh."),
     "subprocess": lambda module: module in ("slurm.runner", "supervisor.attempt", "supervisor.slurmctl")
     or module.startswith("node."),
-    "torch": lambda module: module in ("ddp", "node.allreduce_sweep"),
+    "torch": lambda module: module in ("ddp", "node.allreduce_sweep") or module in TORCH_CHECKPOINT,
 }
+# The checkpoint package's torch side; its other modules are stdlib-only (below).
+TORCH_CHECKPOINT = ("checkpoint.checkpointer", "checkpoint.state", "checkpoint.data", "checkpoint.sharded",
+                    "checkpoint.group", "checkpoint.writer")
 # The pure core: text and data in, text and data out; no edge module, not even lazily.
 PURE = ("config.", "render.", "checks.", "report.", "fleet.audit", "fleet.facts", "hostlist", "errors",
         "slurm.builders")
@@ -44,6 +47,11 @@ STDLIB_ONLY = {
     "supervisor": (),
     "supervisor.private": (),
     "supervisor.record": ("cluster_kit.supervisor", "cluster_kit.supervisor.private"),
+    "checkpoint.interval": (),
+    "checkpoint.store": (),
+    "checkpoint.fence": ("cluster_kit.checkpoint.store",),
+    "checkpoint.status": ("cluster_kit.checkpoint.store",),
+    "checkpoint.settings": ("cluster_kit.checkpoint.interval",),
     "supervisor.decide": ("cluster_kit.hostlist", "cluster_kit.supervisor.record"),
     "supervisor.slurmctl": ("cluster_kit.hostlist", "cluster_kit.supervisor", "cluster_kit.supervisor.decide"),
     "hostlist": (),
@@ -63,7 +71,7 @@ STDLIB_ONLY = {
 LAYERS = (
     ("errors",),  # the error classes and the one sanitizer
     ("hostlist", "text", "supervision", "node"),  # stdlib leaves
-    ("checks", "analysis", "ddp"),  # facts -> findings, traces -> breakdowns, the trainer's side
+    ("checks", "analysis", "ddp", "checkpoint"),  # facts -> findings, traces -> breakdowns, the trainer's side
     ("config",),  # files -> validated profiles and jobs -> effective settings
     ("ssh",),  # paramiko: connections, fan-out
     ("slurm",),  # sbatch/squeue/scontrol text, and the runner that runs them
