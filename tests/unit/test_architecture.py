@@ -32,6 +32,7 @@ CHECKS_MAY_IMPORT = ("cluster_kit.checks", "cluster_kit.__init__", "packaging")
 # and the hang/crash diagnosis the supervisor runs from a zip app: module -> what it may import.
 STDLIB_ONLY = {
     "supervision": (),
+    "compile_options": (),
     "analysis.flight_recorder": (),
     "analysis.rank_files": ("cluster_kit.analysis.flight_recorder",),
     "analysis.culprit": ("cluster_kit.analysis.flight_recorder", "cluster_kit.analysis.rank_files"),
@@ -50,7 +51,7 @@ STDLIB_ONLY = {
 # the names it loads lazily) stands outside the order.
 LAYERS = (
     ("errors",),  # the error classes and the one sanitizer
-    ("hostlist", "text", "supervision", "node"),  # stdlib leaves
+    ("hostlist", "text", "supervision", "compile_options", "node"),  # stdlib leaves
     ("checks", "analysis", "ddp"),  # facts -> findings, traces -> breakdowns, the trainer's side
     ("config",),  # files -> validated profiles and jobs -> effective settings
     ("ssh",),  # paramiko: connections, fan-out
