@@ -25,14 +25,20 @@ from the state the caller handed in.
 On a CPU model, when graphs are not requested, or when capture fails, the helper
 runs the same step eagerly and says why in ``reason`` (logged once).
 
+With ``compile=`` (or ``CLUSTERKIT_CUDA_GRAPHS_COMPILE``, from a job file's
+``cuda_graphs: {compile: ...}``) the model and the loss are compiled by Inductor
+first and their kernels captured with the rest of the step; the options' rules
+are the stdlib-only sibling ``compile_options.py``'s, which the job file's
+validator shares.
+
 Every step also reports itself to a supervised job's supervisor (:func:`heartbeat`,
 :func:`stop_requested`, :func:`enable_supervision`, from the stdlib-only sibling
 ``supervision.py``; no-ops outside a ``resilience:`` job).
 
 torch is imported here and nowhere else in clusterkit. The module imports no other
-clusterkit module than that sibling, so a trainer on a node without clusterkit
-installed can load it by file path (``importlib.util.spec_from_file_location``):
-the sibling is then loaded by path as well.
+clusterkit modules than those two siblings, so a trainer on a node without
+clusterkit installed can load it by file path (``importlib.util.spec_from_file_location``):
+the siblings are then loaded by path as well.
 """
 
 from __future__ import annotations
