@@ -15,6 +15,10 @@ SDPA attention and MLP, cross-entropy on tokens). The ways to run the same step:
 * *build_step*: the same call as a job makes it (``keep_faster=True``, the
   default): its trial on the example batch keeps the graph or the eager step,
   whichever was faster (the ``kept`` column);
+* *build_step_compiled*: the same with ``compile=True`` (a job's ``cuda_graphs:
+  {compile: true}``): the model and loss compiled by Inductor (mode default),
+  then the whole step captured as one graph; its trial compares the compiled
+  step eagerly with its graph (``kept_compiled``);
 * *eager same-work*: the plain loop doing exactly the graph's work
   (``capturable=True``, autocast without its cache), which separates what those
   settings cost from what the graph gains;
@@ -37,7 +41,18 @@ Set-up (``<way>_setup_s``, the ``set-up s`` columns): wall time from building a
 way's step (build_step's capture and trial, the hand graph's warm-up and
 capture, torch.compile's compiling and CUDA-graph recording) through its first
 3 calls, synchronized at both ends; the first way built also pays one-time
-CUDA library start-up. The models' names are ``--only`` friendly: ``gpt``,
+CUDA library start-up.
+
+Roofline (``roofline_ms``, and ``<way>_x_roofline`` = the way's ms / it): the
+model's matmul FLOPs (``Config.flops_per_step``) at the GPU's bf16 matrix rate,
+plus the optimizer's bytes at its memory bandwidth: 40 bytes a parameter (fused
+AdamW over float32 reads parameter, gradient and both moments and writes three
+of them back, 28 B; clipping reads the gradients for their norm and reads and
+writes them to scale them, 12 B). Activations' traffic is left out, so no step
+can reach it. Both rates are measured at the start (an 8192^3 bf16 matmul;
+a 1 GiB device-to-device copy, bytes read plus written) and printed with the
+figures; ``--rates datasheet`` uses the H100/H200 SXM datasheet instead (989
+TFLOP/s dense bf16; 3.35 / 4.8 TB/s). The models' names are ``--only`` friendly: ``gpt``,
 ``small gpt`` (the three sizes, d128 L4, d512 L4, d1024 L8, seq 256, batch 8),
 ``mlp``, ``compute``; ``--impls`` picks the AdamW forms.
 
@@ -293,8 +308,9 @@ def eager_step(
 
 
 def built_step(
-    cfg: Config, device: torch.device, impl: str, example: Batch, keep_faster: bool
-) -> tuple[StepFn, ddp.GraphedStep]:
+    cfg: Config, device: torch.device, impl: str, example: Batch, keep_faster: bool,
+    compile: bool = False,
+) -> tuple[StepFn, ddp.TrainingStep]:
     model = ddp.wrap_ddp(make_model(cfg, device), for_capture=True)
     opt = make_optimizer(model, impl, capturable=False)
     sched = warmup_cosine(opt)
@@ -307,7 +323,10 @@ def built_step(
         autocast_dtype=DTYPE,
         max_grad_norm=MAX_GRAD_NORM,
         keep_faster=keep_faster,
+        compile=compile,
     )
+    if compile and not step.compiled:
+        print(f"{cfg.name} {impl}: not compiled: {step.reason}", flush=True)
     if not keep_faster and not step.graphed:
         raise SystemExit(f"{cfg.name}: not graphed: {step.reason}")
 
@@ -456,8 +475,8 @@ def time_steps(
     return results
 
 
-WAYS = ("eager", "eager_as_graphed", "graphed", "hand", "build_step", "compile",
-        "eager_side")
+WAYS = ("eager", "eager_as_graphed", "graphed", "hand", "build_step", "build_step_compiled",
+        "compile", "eager_side")
 DEFAULT_WAYS = ("eager", "eager_as_graphed", "graphed", "hand", "build_step")
 RATIOS = {  # name: (numerator way, denominator way)
     "speedup": ("eager", "graphed"),
@@ -466,28 +485,79 @@ RATIOS = {  # name: (numerator way, denominator way)
     "build_step_vs_eager": ("eager", "build_step"),
     "compile_speedup": ("compile_eager", "compile"),
     "build_step_vs_compile": ("compile", "build_step"),
+    "compiled_vs_compile": ("compile", "build_step_compiled"),
+    "compiled_vs_build_step": ("build_step", "build_step_compiled"),
 }
+OPTIMIZER_BYTES_PER_PARAM = 28 + 12  # fused AdamW over float32 + clipping (see the docstring)
+DATASHEET = {"H100": (989e12, 3.35e12), "H200": (989e12, 4.8e12)}  # dense bf16 FLOP/s, bytes/s
+
+
+def measure_rates(device: torch.device) -> tuple[float, float]:
+    """(bf16 matmul FLOP/s, device memory bytes/s read + written), measured here."""
+    flops, bandwidth = _matmul_rate(device), _copy_bandwidth(device)
+    torch.cuda.empty_cache()
+    return flops, bandwidth
+
+
+def _seconds_per_call(run: Callable[[], Any], device: torch.device, reps: int = 10) -> float:
+    for _ in range(3):
+        run()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        run()
+    end.record()
+    torch.cuda.synchronize(device)
+    return start.elapsed_time(end) * 1e-3 / reps
+
+
+def _matmul_rate(device: torch.device, n: int = 8192) -> float:
+    a, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
+    return 2 * n**3 / _seconds_per_call(lambda: a @ b, device)
+
+
+def _copy_bandwidth(device: torch.device) -> float:
+    src = torch.randn(2**28, device=device)  # 1 GiB of float32
+    dst = torch.empty_like(src)
+    return 2 * src.numel() * src.element_size() / _seconds_per_call(lambda: dst.copy_(src), device)
+
+
+def datasheet_rates(device: torch.device) -> tuple[float, float]:
+    name = torch.cuda.get_device_name(device)
+    for chip, rates in DATASHEET.items():
+        if chip in name:
+            return rates
+    raise SystemExit(f"--rates datasheet: no datasheet figures for {name!r}; use --rates measured")
+
+
+def roofline_ms(cfg: Config, params: int, rates: tuple[float, float]) -> float:
+    """Model FLOPs at the bf16 rate + the optimizer's bytes at the memory bandwidth, in ms."""
+    flops, bandwidth = rates
+    return (cfg.flops_per_step() / flops + params * OPTIMIZER_BYTES_PER_PARAM / bandwidth) * 1e3
 
 
 def bench_config(
     cfg: Config, impl: str, device: torch.device, repeats: int, ways: list[str],
-    compile_scope: str = "auto",
+    compile_scope: str = "auto", rates: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     """The chosen ways of running one model and optimizer's step: one row."""
     batches = make_batches(cfg, device)
     example = batches[0]
     kept_step = None
+    kept_compiled = None
     compiled = None
     setup_s: dict[str, float] = {}
 
     def build(way: str) -> StepFn:
-        nonlocal kept_step, compiled
+        nonlocal kept_step, kept_compiled, compiled
         torch.cuda.synchronize(device)
         start = time.perf_counter()
         if way == "compile":
             step, compiled = compiled_step(cfg, device, impl, example, compile_scope)
         elif way == "build_step":
             step, kept_step = built_step(cfg, device, impl, example, keep_faster=True)
+        elif way == "build_step_compiled":
+            step, kept_compiled = built_step(cfg, device, impl, example, keep_faster=True, compile=True)
         elif way == "graphed":
             step = built_step(cfg, device, impl, example, keep_faster=False)[0]
         elif way == "hand":
@@ -527,15 +597,32 @@ def bench_config(
     if kept_step is not None:
         row["kept"] = "graph" if kept_step.graphed else "eager"
         row["trial_ms"] = kept_step.trial_ms
+    if kept_compiled is not None:
+        row["kept_compiled"] = ("graph" if kept_compiled.graphed else "eager") + (
+            "" if kept_compiled.compiled else " (not compiled)")
+        row["compiled_trial_ms"] = kept_compiled.trial_ms
+        row["compiled_reason"] = kept_compiled.reason
     if compiled is not None:
         row["compiled"] = compiled
+    if "compile_setup_s" in row and "build_step_compiled_setup_s" in row:
+        row["setup_vs_compile"] = row["compile_setup_s"] / row["build_step_compiled_setup_s"]
     if "graphed" in med:
         row["graphed_tflops"] = cfg.flops_per_step() / (med["graphed"] * 1e-3) / 1e12
+    if rates is not None:
+        params = sum(p.numel() for p in make_model(cfg, device).parameters())
+        row["params"] = params
+        row["roofline_ms"] = roofline_ms(cfg, params, rates)
+        for name, ms in med.items():
+            row[f"{name}_x_roofline"] = ms / row["roofline_ms"]
     return row
 
 
-def facts(device: torch.device) -> dict[str, Any]:
+def facts(device: torch.device, rates: tuple[float, float] | None = None,
+          rates_from: str = "") -> dict[str, Any]:
+    extra = {} if rates is None else {"roofline_rates": rates_from, "bf16_tflops": rates[0] / 1e12,
+                                      "memory_tbps": rates[1] / 1e12}
     return {
+        **extra,
         "device": torch.cuda.get_device_name(device),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
@@ -547,15 +634,19 @@ def facts(device: torch.device) -> dict[str, Any]:
 def format_table(rows: list[dict[str, Any]]) -> str:
     """Per model and optimizer: each way's step time, then the ratios the ways allow."""
     ways = [w for w in (*WAYS, "compile_eager") if f"{w}_ms" in rows[0]]
-    ratios = [r for r in RATIOS if r in rows[0]]
-    extra = [k for k in ("kept", "compiled") if k in rows[0]]
-    cols = [f"{w} ms" for w in ways] + extra + ratios + [f"{w} set-up s" for w in ways]
+    ratios = [r for r in (*RATIOS, "setup_vs_compile") if r in rows[0]]
+    extra = [k for k in ("kept", "kept_compiled", "compiled") if k in rows[0]]
+    roofline = ["roofline_ms"] if "roofline_ms" in rows[0] else []
+    multiples = [f"{w}_x_roofline" for w in ways if f"{w}_x_roofline" in rows[0]]
+    cols = ([f"{w} ms" for w in ways] + extra + ratios + [f"{w} set-up s" for w in ways]
+            + [c.replace("_", " ") for c in roofline + multiples])
     lines = [f"{'model':<24} {'optimizer':<13} " + " ".join(f"{c:>{max(8, len(c))}}" for c in cols)]
     for r in rows:
         cells = [f"{r[f'{w}_ms']:.3f}" for w in ways]
         cells += [str(r.get(k, "-")) for k in extra]
         cells += [f"{r[name]:.3f}" if name in r else "-" for name in ratios]
         cells += [f"{r[f'{w}_setup_s']:.2f}" if f"{w}_setup_s" in r else "-" for w in ways]
+        cells += [f"{r[name]:.3f}" if name in r else "-" for name in roofline + multiples]
         lines.append(f"{r['name']:<24} {r['optimizer']:<13} "
                      + " ".join(f"{c:>{max(8, len(h))}}" for c, h in zip(cells, cols)))
     return "\n".join(lines)
@@ -574,6 +665,9 @@ def main() -> None:
     parser.add_argument("--compile-scope", choices=("auto", "model"), default="auto",
                         help="compile way: the whole step, falling back to the model "
                         "(auto), or the model alone")
+    parser.add_argument("--rates", choices=("measured", "datasheet", "none"), default="measured",
+                        help="the bf16 matmul rate and memory bandwidth of the roofline column: "
+                        "measured here at the start, the datasheet's, or no roofline")
     args = parser.parse_args()
     ways = [w for w in (args.ways or "").split(",") if w]
     if unknown := sorted(set(ways) - set(WAYS)):
@@ -591,19 +685,26 @@ def main() -> None:
                      + "; ".join(c.name for c in CONFIGS))
     with tempfile.TemporaryDirectory() as tmpdir:
         device = init_group(tmpdir)
+        rates = None
+        if args.rates != "none":
+            rates = measure_rates(device) if args.rates == "measured" else datasheet_rates(device)
+            if dist.get_rank() == 0:
+                print(f"roofline rates ({args.rates}): bf16 {rates[0] / 1e12:.0f} TFLOP/s, "
+                      f"memory {rates[1] / 1e12:.2f} TB/s", flush=True)
+        about = facts(device, rates, args.rates)
         rows = []
         for cfg in configs:
             cfg_ways = ways or list(DEFAULT_WAYS)
             for impl in impls:
                 rows.append(bench_config(cfg, impl, device, args.repeats, cfg_ways,
-                                         args.compile_scope))
+                                         args.compile_scope, rates))
                 if dist.get_rank() == 0:
                     print(format_table(rows[-1:]).splitlines()[-1], flush=True)
                     if args.json:  # each row as it comes: a crash keeps the rows before it
                         with open(args.json, "w") as fh:
-                            json.dump({**facts(device), "rows": rows}, fh, indent=2)
+                            json.dump({**about, "rows": rows}, fh, indent=2)
         if dist.get_rank() == 0:
-            doc = {**facts(device), "rows": rows}
+            doc = {**about, "rows": rows}
             print(json.dumps({k: v for k, v in doc.items() if k != "rows"}))
             print(format_table(rows))
             if args.json:

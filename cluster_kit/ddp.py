@@ -25,14 +25,20 @@ from the state the caller handed in.
 On a CPU model, when graphs are not requested, or when capture fails, the helper
 runs the same step eagerly and says why in ``reason`` (logged once).
 
+With ``compile=`` (or ``CLUSTERKIT_CUDA_GRAPHS_COMPILE``, from a job file's
+``cuda_graphs: {compile: ...}``) the model and the loss are compiled by Inductor
+first and their kernels captured with the rest of the step; the options' rules
+are the stdlib-only sibling ``compile_options.py``'s, which the job file's
+validator shares.
+
 Every step also reports itself to a supervised job's supervisor (:func:`heartbeat`,
 :func:`stop_requested`, :func:`enable_supervision`, from the stdlib-only sibling
 ``supervision.py``; no-ops outside a ``resilience:`` job).
 
 torch is imported here and nowhere else in clusterkit. The module imports no other
-clusterkit module than that sibling, so a trainer on a node without clusterkit
-installed can load it by file path (``importlib.util.spec_from_file_location``):
-the sibling is then loaded by path as well.
+clusterkit modules than those two siblings, so a trainer on a node without
+clusterkit installed can load it by file path (``importlib.util.spec_from_file_location``):
+the siblings are then loaded by path as well.
 """
 
 from __future__ import annotations
@@ -54,15 +60,15 @@ import torch.distributed as dist
 from torch import nn
 
 
-def _load_supervision() -> ModuleType:
-    """``cluster_kit.supervision``, or the file beside this one when this one was loaded by path."""
+def _load_sibling(name: str) -> ModuleType:
+    """``cluster_kit.<name>``, or the file beside this one when this one was loaded by path."""
     if __package__:
-        from . import supervision
+        from . import compile_options, supervision
 
-        return supervision
-    alias = "_clusterkit_supervision"  # not cluster_kit.*: an installed clusterkit stays untouched
+        return {"supervision": supervision, "compile_options": compile_options}[name]
+    alias = f"_clusterkit_{name}"  # not cluster_kit.*: an installed clusterkit stays untouched
     if alias not in sys.modules:
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "supervision.py")
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
         spec = importlib.util.spec_from_file_location(alias, path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
@@ -71,13 +77,17 @@ def _load_supervision() -> ModuleType:
     return sys.modules[alias]
 
 
-_supervision = _load_supervision()
+_supervision = _load_sibling("supervision")
+_compile = _load_sibling("compile_options")
 heartbeat: Callable[[], None] = _supervision.heartbeat
 stop_requested: Callable[[], bool] = _supervision.stop_requested
 enable_supervision: Callable[[], Any] = _supervision.enable_supervision
 paused: Callable[..., Any] = _supervision.paused
+compile_options: Callable[[Any], dict[str, Any] | None] = _compile.compile_options
+compile_requested: Callable[..., dict[str, Any] | None] = _compile.options_from_env
 
 ENV_FLAG = "CLUSTERKIT_CUDA_GRAPHS"
+ENV_COMPILE: str = _compile.ENV_COMPILE
 DDP_MIN_WARMUP = 11  # PyTorch's CUDA graphs notes: DDP needs 11 eager iterations first
 TRIAL_WARMUP = 2  # untimed steps before each timed run of keep_faster's trial
 TRIAL_STEPS = 5  # timed steps of each way; the same on every rank (eager steps all-reduce)
@@ -516,11 +526,12 @@ class _RngState:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.cpu = torch.get_rng_state()
-        self.cuda = torch.cuda.get_rng_state(device)
+        self.cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
 
     def restore(self) -> None:
         torch.set_rng_state(self.cpu)
-        torch.cuda.set_rng_state(self.cuda, self.device)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state(self.cuda, self.device)
 
 
 def _time_ms(run: Callable[[], Any], device: torch.device) -> float:
@@ -587,8 +598,20 @@ class GraphedStep:
     for what capture needs (``capturable`` optimizer state, autocast without its
     cache). ``trial_ms`` holds both figures. Trial steps, like warm-up, are undone.
 
-    After construction ``graphed`` says whether steps replay a graph and
-    ``reason`` why not (None when graphed).
+    ``compile_options`` (``torch.compile`` keyword arguments, see
+    :func:`compile_options`; None: not compiled) compiles the model and the loss
+    with Inductor before anything else runs; the whole step, Inductor's kernels
+    included, is then captured as one graph, so a replay runs them without
+    launches or torch.compile's guards. Graphed or eager, a compiled step computes
+    what the plain loop computes with ``torch.compile(model, **options)`` and
+    ``torch.compile(loss_fn, **options)`` in their places. Autocast then runs
+    without its cast cache in every step (a compiled graph casts by itself, and
+    dynamo would compile again for each setting of the cache).
+
+    After construction ``graphed`` says whether steps replay a graph,
+    ``compiled`` whether they run Inductor's kernels, and ``reason`` why the
+    step is not all that was asked for (None when it is): not graphed, or a
+    compile that failed (the model's own kernels then run, graphed or not).
     """
 
     def __init__(
@@ -605,10 +628,15 @@ class GraphedStep:
         accumulation_steps: int = 1,
         grad_scaler: Any | None = None,
         keep_faster: bool = False,
+        compile_options: dict[str, Any] | None = None,
     ) -> None:
         self.model = model
         self.optimizer = optimizer
         self.loss_fn = loss_fn
+        # What a step calls: the model and loss, or Inductor's compilations of them.
+        self._forward: Callable[..., Any] = model
+        self._loss: Callable[..., Any] = loss_fn
+        self.compiled = False
         self.warmup = warmup
         self.autocast_dtype = autocast_dtype
         self.max_grad_norm = max_grad_norm
@@ -637,6 +665,9 @@ class GraphedStep:
         self._static_targets: torch.Tensor | None = None
         self._static_loss: torch.Tensor | None = None
         self._check_arguments(example_batch)
+        compile_reason = None
+        if compile_options is not None:
+            compile_reason = self._compile_or_fall_back(example_batch, compile_options)
         self.reason = self._why_not_graphed(enabled)
         if self.reason is None:
             self._capture_or_fall_back(example_batch)
@@ -645,6 +676,8 @@ class GraphedStep:
                 logging.WARNING,
                 f"CUDA graphs off, training steps run eagerly: {self.reason}",
             )
+        if compile_reason is not None:
+            self.reason = f"{self.reason}; {compile_reason}" if self.reason else compile_reason
 
     @property
     def last_grad_norm(self) -> torch.Tensor | None:
@@ -700,6 +733,56 @@ class GraphedStep:
             return f"the model is on {self.device}, not on a CUDA device"
         return why_eager_for(self.optimizer, self.grad_scaler)
 
+    def _compile_or_fall_back(
+        self, example_batch: Batch, options: dict[str, Any]
+    ) -> str | None:
+        """Compile model and loss with Inductor and run them once; None, or why not.
+
+        Compiling happens at the first call, so a failure shows here, before warm-up,
+        and every rank learns whether all compiled: all run the same kernels' kind.
+        """
+        self.compiled = True  # the first pass compiles under the autocast of compiled steps
+        error: str | None = None
+        try:
+            self._forward = torch.compile(self.model, **options)
+            self._loss = torch.compile(self.loss_fn, **options)
+            self._first_compiled_pass(example_batch)
+        except Exception as exc:  # noqa: BLE001 - any compile failure means: the model's own kernels
+            error = f"torch.compile failed: {type(exc).__name__}: {_first_line(exc)}"
+        if _all_ranks_agree(error is None, self.device):
+            return None
+        self.compiled = False
+        self._forward, self._loss = self.model, self.loss_fn
+        reason = f"{error or 'torch.compile failed on another rank'}; steps run the model's own kernels"
+        _log_once(logging.WARNING, f"Inductor off: {reason}")
+        return reason
+
+    def _first_compiled_pass(self, example_batch: Batch) -> None:
+        """Forward, loss and backward of one micro-batch, undone: Inductor compiles here.
+
+        Under DDP ``no_sync()``, so no all-reduce waits on a rank whose compile
+        failed. Gradients, buffers (BatchNorm's statistics) and random number
+        generators are put back as they were.
+        """
+        inputs, targets = (t.to(self.device) for t in example_batch)
+        if self.accumulation_steps > 1:
+            inputs, targets = inputs[0], targets[0]
+        grads = [p.grad for p in self._params]
+        buffers = [(b, b.detach().clone()) for b in self.model.buffers()]
+        rng = _RngState(self.device)
+        try:
+            with self._on_eager_stream(), self._no_sync():
+                with self._autocast():
+                    loss = self._loss(self._forward(inputs), targets)
+                loss.backward()
+        finally:
+            with torch.no_grad():
+                for param, grad in zip(self._params, grads):
+                    param.grad = grad
+                for buffer, saved in buffers:
+                    buffer.copy_(saved)
+            rng.restore()
+
     def _capture_or_fall_back(self, example_batch: Batch) -> None:
         snapshot = _Snapshot.take(self.model, self.optimizer)
         scaler_state = _save_scaler(self.grad_scaler)
@@ -745,17 +828,22 @@ class GraphedStep:
         return _time_ms(lambda: self._eager_step(inputs, targets), self.device)
 
     def _eager_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        stream = self._eager_stream
-        if stream is None:
+        with self._on_eager_stream():
             self.optimizer.zero_grad(set_to_none=True)
             return self._train_step(inputs, targets)
+
+    @contextlib.contextmanager
+    def _on_eager_stream(self) -> Any:
+        """Eager work on the capture stream when DDP was built there (else as it comes)."""
+        stream = self._eager_stream
+        if stream is None:
+            yield
+            return
         current = torch.cuda.current_stream(self.device)
         stream.wait_stream(current)
         with torch.cuda.stream(stream):
-            self.optimizer.zero_grad(set_to_none=True)
-            loss = self._train_step(inputs, targets)
+            yield
         current.wait_stream(stream)
-        return loss
 
     def _keep_faster(self, eager_ms: float) -> None:
         """Replay the graph as long as the trial's eager steps took; keep the faster."""
@@ -834,15 +922,22 @@ class GraphedStep:
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
         # A graph must not keep autocast's cache of cast weights from capture time;
-        # eager steps keep it, as the plain loop does.
-        return torch.autocast(
-            self.device.type, dtype=self.autocast_dtype, cache_enabled=not self._capturing
-        )
+        # eager steps keep it, as the plain loop does. Compiled steps never use it
+        # (Inductor's kernels cast by themselves) and keep one setting throughout:
+        # dynamo guards on it and would compile the model again for the other.
+        cache = not self._capturing and not self.compiled
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype, cache_enabled=cache)
+
+    def _no_sync(self) -> Any:
+        """DDP ``no_sync()``: backward without the all-reduce (nothing without DDP)."""
+        if _is_ddp(self.model):
+            return self.model.no_sync()  # type: ignore[operator]
+        return contextlib.nullcontext()
 
     def _micro_batch_context(self, index: int) -> Any:
         """DDP ``no_sync()`` on every micro-batch but the last."""
-        if index < self.accumulation_steps - 1 and _is_ddp(self.model):
-            return self.model.no_sync()  # type: ignore[operator]
+        if index < self.accumulation_steps - 1:
+            return self._no_sync()
         return contextlib.nullcontext()
 
     def _train_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -853,7 +948,7 @@ class GraphedStep:
             x, y = (inputs, targets) if k == 1 else (inputs[index], targets[index])
             with self._micro_batch_context(index):
                 with self._autocast():
-                    loss = self.loss_fn(self.model(x), y)
+                    loss = self._loss(self._forward(x), y)
                     if k > 1:
                         loss = loss / k
                 scaler = self.grad_scaler
@@ -938,6 +1033,13 @@ class GraphedStep:
         self._static_targets.copy_(targets, non_blocking=True)
 
 
+def _first_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's first line, cut to ``limit`` characters (compile errors run long)."""
+    lines = str(exc).strip().splitlines()
+    text = lines[0] if lines else ""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _all_ranks_agree(ok: bool, device: torch.device) -> bool:
     """True only if every rank captured: ranks must all replay or all run eagerly."""
     if (
@@ -954,8 +1056,8 @@ class TrainingStep(Protocol):
     """What :func:`build_step` returns: a :class:`GraphedStep`, itself or feeding a profiler.
 
     ``step(inputs, targets)`` (or ``step.step``) runs one training step and returns
-    its loss; ``graphed``, ``reason``, ``trial_ms`` and ``last_grad_norm`` are
-    :class:`GraphedStep`'s.
+    its loss; ``graphed``, ``compiled``, ``reason``, ``trial_ms`` and
+    ``last_grad_norm`` are :class:`GraphedStep`'s.
     """
 
     @property
@@ -966,6 +1068,9 @@ class TrainingStep(Protocol):
 
     @property
     def graphed(self) -> bool: ...
+
+    @property
+    def compiled(self) -> bool: ...
 
     @property
     def reason(self) -> str | None: ...
@@ -994,6 +1099,7 @@ def build_step(
     accumulation_steps: int = 1,
     grad_scaler: Any | None = None,
     keep_faster: bool = True,
+    compile: bool | str | dict[str, Any] | None = None,
 ) -> TrainingStep:
     """A training step, graphed when ``enabled`` (default: ``CLUSTERKIT_CUDA_GRAPHS=1``).
 
@@ -1002,9 +1108,20 @@ def build_step(
     the graph is kept only where it beats the eager step, timed on the example batch.
     With ``CLUSTERKIT_PROFILE_STEPS`` set (``bench ddp``) the step also feeds a
     :class:`StepProfiler` of its own.
+
+    ``compile``: the model and the loss compiled by Inductor, their kernels then
+    captured with the rest of the step in the one graph. True or ``"default"``:
+    ``torch.compile``'s defaults; ``"max-autotune-no-cudagraphs"``: that mode; a
+    dict: ``torch.compile`` arguments (``mode``, ``fullgraph``, ``dynamic``,
+    ``options``); False: not compiled; None (the default): what
+    ``CLUSTERKIT_CUDA_GRAPHS_COMPILE`` says (a job file's ``cuda_graphs: {compile:
+    ...}`` exports it), else not compiled. Modes that record CUDA graphs of their
+    own are refused (ValueError). A compile that fails leaves the model's own
+    kernels, with the reason in ``step.reason``; ``step.compiled`` says which ran.
     """
     enable_supervision()  # a hang in warm-up or capture is diagnosed too
     wanted = graphs_requested() if enabled is None else enabled
+    options = compile_requested() if compile is None else compile_options(compile)
     step = GraphedStep(
         model,
         optimizer,
@@ -1017,6 +1134,7 @@ def build_step(
         accumulation_steps=accumulation_steps,
         grad_scaler=grad_scaler,
         keep_faster=keep_faster,
+        compile_options=options,
     )
     profiler = StepProfiler()
     if not profiler.enabled:
@@ -1172,6 +1290,10 @@ class _ProfiledStep:
     @property
     def graphed(self) -> bool:
         return self._step.graphed
+
+    @property
+    def compiled(self) -> bool:
+        return self._step.compiled
 
     @property
     def reason(self) -> str | None:

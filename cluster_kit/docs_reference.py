@@ -94,6 +94,8 @@ def default_text(spec: config_spec.Spec, path: str, required: Sequence[str]) -> 
     if path in required:
         section, _, _ = path.rpartition(".")
         return f"**required** in `{section}`" if section else "**required**"
+    if isinstance(spec, config_spec.Section) and spec.shorthand is not None:
+        spec = spec.shorthand
     default = getattr(spec, "default", None)
     if isinstance(spec, config_spec.Field) and default is not None:
         return f"`{json.dumps(default)}`" if not isinstance(default, str) else f"`{default}`"
@@ -114,10 +116,17 @@ def key_rows(kind: str) -> Iterator[list[str]]:
     for path in json_schema.spec_paths(root):
         spec = _spec_at(root, path)
         dotted = ".".join(path)
-        kind_text = "section" if isinstance(spec, config_spec.Section) else \
+        kind_text = section_text(spec) if isinstance(spec, config_spec.Section) else \
             type_text(json_schema.node_schema(spec, kind, path))
         meaning = specs.describe(kind, dotted) or ""
         yield [f"`{dotted}`", kind_text, default_text(spec, dotted, required), meaning]
+
+
+def section_text(spec: config_spec.Section) -> str:
+    """`section`, or `boolean or section` for one with a shorthand scalar."""
+    if spec.shorthand is None:
+        return "section"
+    return f"{type_text(json_schema.field_schema(spec.shorthand))} or section"
 
 
 def _spec_at(root: config_spec.Section, path: Sequence[str]) -> config_spec.Spec:

@@ -10,7 +10,9 @@ NCCL when CUDA is available and Gloo otherwise, and
 2. trains a tiny model for a few DDP steps the way a real job does (AdamW,
    warm-up + cosine LR schedule, bf16 autocast on GPU, gradient clipping,
    optional micro-batch accumulation; graphed when the job sets
-   `cuda_graphs: true`) and checks that every rank ends with the same weights.
+   `cuda_graphs: true`, with the model compiled by Inductor inside the graph
+   for `cuda_graphs: {compile: true}`) and checks that every rank ends with the
+   same weights.
 
 It exits 1 when either check fails.
 """
@@ -129,9 +131,11 @@ def make_step(model: nn.Module, device: torch.device, example: tuple[torch.Tenso
     `cuda_graphs: true` in the job file exports CLUSTERKIT_CUDA_GRAPHS=1; then
     cluster_kit.ddp builds DDP on its capture stream and replays forward,
     backward, clipping and optimizer step from one graph (eager, with the reason
-    printed, where capture is not possible, e.g. on CPU). Either way the step
-    runs bf16 autocast on GPU, clips the gradient norm and accumulates
-    micro-batches, exactly as the plain loop would.
+    printed, where capture is not possible, e.g. on CPU). `cuda_graphs: {compile:
+    true}` also exports CLUSTERKIT_CUDA_GRAPHS_COMPILE, which build_step reads:
+    the model and loss are compiled by Inductor and their kernels captured in
+    the same graph. Either way the step runs bf16 autocast on GPU, clips the
+    gradient norm and accumulates micro-batches, exactly as the plain loop would.
     """
     ddp = load_ddp_helper()
     graphs = ddp.graphs_requested()
@@ -147,7 +151,8 @@ def make_step(model: nn.Module, device: torch.device, example: tuple[torch.Tenso
         accumulation_steps=args.accumulation_steps,
     )
     if graphs and dist.get_rank() == 0:
-        say(f"cuda_graphs: graphed={str(step.graphed).lower()} reason={step.reason or '-'}")
+        compiled = f" compiled={str(step.compiled).lower()}" if ddp.compile_requested() is not None else ""
+        say(f"cuda_graphs: graphed={str(step.graphed).lower()}{compiled} reason={step.reason or '-'}")
     return ddp_model, optimizer, step
 
 

@@ -21,6 +21,7 @@ SETUP_PROVIDES = (
     "chromium is not installed",
     "needs root and OpenSSH's sshd",
     "needs OpenSSH's ssh-keygen",
+    "needs a C++ compiler",
 )
 
 

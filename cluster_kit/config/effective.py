@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from cluster_kit import compile_options
 from cluster_kit.config import jobscript, spec, specs, vocab
 from cluster_kit.config.launch import default_tasks_per_node
 from cluster_kit.config.search import looks_like_path
@@ -36,6 +37,7 @@ class Effective(TypedDict):
     output: str | None
     preflight: bool
     cuda_graphs: bool
+    cuda_graphs_compile: str | None
     template: str
     master_port: int | None
     slurm: dict[str, Any]
@@ -73,7 +75,8 @@ def effective(job: Job, supervised: bool = True) -> Effective:
         "workdir": j["workdir"],
         "output": j["output"],
         "preflight": j["preflight"],
-        "cuda_graphs": j["cuda_graphs"],
+        "cuda_graphs": j["cuda_graphs"] is True or isinstance(j["cuda_graphs"], Mapping),
+        "cuda_graphs_compile": graphs_compile_env(j["cuda_graphs"]),
         "template": job_template(j["template"], job.path),
         "master_port": j["master_port"],
         "slurm": _effective_slurm(p["slurm"], j["slurm"], j.get("time"), asks_no_gpus(gpus), resilience),
@@ -122,6 +125,17 @@ def _effective_slurm(profile: Mapping[str, Any], job: Mapping[str, Any], job_tim
         extra = _without_gpu_requests(extra)
     out["extra"] = {option: value for option, value in extra.items() if value is not None}
     return out
+
+
+def graphs_compile_env(cuda_graphs: Any) -> str | None:
+    """What the job exports as CLUSTERKIT_CUDA_GRAPHS_COMPILE for `cuda_graphs: {compile: ...}`
+    (None: nothing, the model is not compiled); build_step reads it back."""
+    chosen = cuda_graphs.get("compile") if isinstance(cuda_graphs, Mapping) else None
+    if chosen is None or chosen is False:
+        return None
+    if isinstance(chosen, Mapping):
+        chosen = {key: value for key, value in chosen.items() if value is not None}
+    return compile_options.env_value(compile_options.compile_options(chosen))
 
 
 def effective_resilience(resilience: Mapping[str, Any] | None, workdir: str | None) -> dict[str, Any] | None:

@@ -120,3 +120,14 @@ def _time_limit(job: Mapping[str, Any], profile: Profile | None) -> tuple[int, s
         return None
     seconds = time_limit_seconds(value)
     return None if seconds is None else (seconds, source)
+
+
+def check_compile(job: Mapping[str, Any]) -> list[spec.Problem]:
+    """`cuda_graphs.compile` with both `mode` and `options`: torch.compile takes one of them."""
+    graphs = job.get("cuda_graphs")
+    chosen = graphs.get("compile") if isinstance(graphs, Mapping) else None
+    if not isinstance(chosen, Mapping) or chosen.get("mode") is None or not chosen.get("options"):
+        return []
+    return [(("cuda_graphs", "compile", "options"),
+             ("cuda_graphs.compile.options: torch.compile takes mode or options, not both; move the mode's "
+             "settings into options (e.g. max_autotune: true) or drop options"))]

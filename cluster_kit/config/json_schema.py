@@ -63,15 +63,18 @@ def rule_json(check: Any) -> dict[str, Any]:
 
 def section_schema(spec: config_spec.Section, kind: str, path: tuple[str, ...]) -> dict[str, Any]:
     """An object with named properties; other keys only as the section's `extra` allows
-    (and null, for a section that may be written `key: null`)."""
+    (and null, for a section that may be written `key: null`; its shorthand scalar, for
+    one that has one)."""
     out: dict[str, Any] = {"type": ["object", "null"] if spec.nullable else "object",
                            "properties": {key: node_schema(sub, kind, path + (key,))
                                           for key, sub in spec.fields.items()}}
     if spec.extra is None:
         out["additionalProperties"] = False
-        return out
-    out["propertyNames"] = {"anyOf": [{"enum": list(spec.fields)}, rule_json(spec.extra.key_check)]}
-    out["additionalProperties"] = field_schema(spec.extra.value)
+    else:
+        out["propertyNames"] = {"anyOf": [{"enum": list(spec.fields)}, rule_json(spec.extra.key_check)]}
+        out["additionalProperties"] = field_schema(spec.extra.value)
+    if spec.shorthand is not None:  # `key: true` in place of the mapping
+        return {"anyOf": [field_schema(spec.shorthand), out]}
     return out
 
 

@@ -282,7 +282,8 @@ def _cross_check_job(job: Mapping[str, Any], profile: Profile | None) -> list[sp
                    "or use launcher: srun")
         return [(("slurm", "ntasks_per_node"), message)]
     return [*jobchecks.check_node_count(job, profile), *jobchecks.check_gpu_requests(job),
-            *jobchecks.check_grace(job, profile), *_check_container(job.get("container"))]
+            *jobchecks.check_grace(job, profile), *jobchecks.check_compile(job),
+            *_check_container(job.get("container"))]
 
 
 def _check_container(container: Any) -> list[spec.Problem]:

@@ -80,6 +80,8 @@ class Section:
     `fill=False` leaves absent keys absent (the job's `nccl` overrides only what it names).
     `extra_hint` is how the valid-keys list describes what `extra` accepts.
     `extra_accepts(key)` says whether a key that is not a field belongs to `extra`.
+    `shorthand` is a scalar written in place of the mapping (`cuda_graphs: true` for
+    `cuda_graphs: {...}`), checked by that field; an absent key takes its default.
     """
 
     fields: dict[str, Spec]
@@ -90,6 +92,7 @@ class Section:
     fill: bool = True
     suggest_from: tuple[str, ...] = ()
     extra_accepts: Callable[[Any], bool] = lambda key: True
+    shorthand: Field | None = None
 
 
 Spec = Union[Field, ListOf, MapOf, Section]  # noqa: UP007 - evaluated at runtime on 3.9
@@ -147,6 +150,8 @@ def _check_node(value: Any, spec: Spec, path: KeyPath, problems: list[Problem]) 
     if isinstance(spec, Section):
         if isinstance(value, dict):
             _check_section(value, spec, path, problems)
+        elif spec.shorthand is not None:
+            _check_scalar(value, spec.shorthand, path, problems)
         elif not (value is None and spec.nullable):
             _report(problems, path, f"expected a mapping of keys, got {type_and_value(value)}")
     elif isinstance(spec, MapOf):
@@ -221,6 +226,8 @@ def with_defaults(data: dict[str, Any], spec: Section) -> dict[str, Any]:
     for key, sub in spec.fields.items():
         if key in data:
             out[key] = _default_inside(data[key], sub)
+        elif isinstance(sub, Section) and sub.shorthand is not None:
+            out[key] = sub.shorthand.default
         elif isinstance(sub, Section):
             out[key] = with_defaults({}, sub) if sub.present else None
         elif isinstance(sub, ListOf):

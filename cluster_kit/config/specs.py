@@ -17,6 +17,8 @@ from cluster_kit.config.validators import (
     arg,
     boolean,
     cluster_path,
+    compile_mode,
+    compile_shorthand,
     container_image,
     container_mount,
     dotted_version,
@@ -25,8 +27,11 @@ from cluster_kit.config.validators import (
     env_value,
     exclusive,
     gpus,
+    graphs_shorthand,
     hostlist,
     ib_hca,
+    inductor_option_name,
+    inductor_option_value,
     integer,
     interpreter,
     memlock,
@@ -246,6 +251,19 @@ RESILIENCE = Section({
 }, present=False, nullable=True)
 
 
+# `cuda_graphs: true` or a mapping; `compile:` is true/false/a mode, or torch.compile's
+# arguments (cluster_kit/compile_options.py has build_step's rules for them).
+COMPILE = Section({
+    "mode": Field(compile_mode()),
+    "fullgraph": Field(boolean()),
+    "dynamic": Field(boolean()),
+    "options": MapOf(inductor_option_name(), Field(inductor_option_value())),
+}, fill=False, shorthand=Field(compile_shorthand(), False))
+
+
+CUDA_GRAPHS = Section({"compile": COMPILE}, shorthand=Field(graphs_shorthand(), False))
+
+
 JOB = Section({
     "name": Field(sbatch_text(NAME_CHARS)),
     "profile": _str(),
@@ -261,7 +279,7 @@ JOB = Section({
     "environment": JOB_ENVIRONMENT,
     "nccl": JOB_NCCL,
     "preflight": Field(boolean(), True),
-    "cuda_graphs": Field(boolean(), False),
+    "cuda_graphs": CUDA_GRAPHS,
     "template": _str("ddp"),
     "master_port": Field(integer(1024, 65535)),
     "slurm": SLURM,
@@ -373,7 +391,18 @@ DESCRIPTIONS: dict[str, str] = {
     "job.nccl": "Overrides of the profile's network keys, plus debug (NCCL_DEBUG).",
     "job.nccl.debug": "NCCL_DEBUG: VERSION, WARN, INFO or TRACE.",
     "job.preflight": "Check every allocated node inside the job before training starts.",
-    "job.cuda_graphs": "The example trainer captures the DDP step in a CUDA graph.",
+    "job.cuda_graphs": ("Capture the DDP training step in one CUDA graph (cluster_kit.ddp.build_step; the "
+                        "job exports CLUSTERKIT_CUDA_GRAPHS=1): true, or a mapping such as {compile: true}."),
+    "job.cuda_graphs.compile": ("Compile the model and loss with Inductor inside the captured step "
+                                "(build_step(compile=...), exported as CLUSTERKIT_CUDA_GRAPHS_COMPILE): true "
+                                "(torch.compile's defaults), a mode, or torch.compile's arguments."),
+    "job.cuda_graphs.compile.mode": ("default or max-autotune-no-cudagraphs; modes that record CUDA graphs "
+                                     "themselves (reduce-overhead, max-autotune) cannot nest in the step's graph."),
+    "job.cuda_graphs.compile.fullgraph": "torch.compile's fullgraph: a graph break is an error (and the step "
+                                         "falls back to the model's own kernels).",
+    "job.cuda_graphs.compile.dynamic": "torch.compile's dynamic: false compiles for the captured shapes only.",
+    "job.cuda_graphs.compile.options": ("Inductor settings by name (torch.compile's options), e.g. "
+                                        "{coordinate_descent_tuning: true}; not together with mode."),
     "job.template": "Built-in template name or path to a .j2 file.",
     "job.master_port": "MASTER_PORT; unset: derived from the job id in a fixed high range.",
     "job.slurm": "Per-job sbatch overrides, same rules as the profile's slurm.",

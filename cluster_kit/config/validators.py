@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cluster_kit import compile_options
 from cluster_kit.config.spec import (
     ONE_LINE,
     Rule,
@@ -522,3 +523,52 @@ def sbatch_value() -> Check:
         return safe_string(SBATCH_VALUE_CHARS)(value)
     return Rule(check, {"anyOf": [{"type": ["boolean", "number"]},
                                   {"type": "string", "pattern": SBATCH_VALUE_CHARS.json_pattern()}]})
+
+
+# ----------------------------------------------------------------------------
+# cuda_graphs: {compile: ...} (the rules are build_step's own: cluster_kit/compile_options.py)
+
+
+def graphs_shorthand() -> Check:
+    """`cuda_graphs: true | false`, the shorthand of its mapping."""
+    def check(value: Any) -> str | None:
+        if isinstance(value, bool):
+            return None
+        return f"expected true, false or a mapping such as {{compile: true}}, got {type_and_value(value)}"
+    return Rule(check, {"type": "boolean"})
+
+
+def compile_shorthand() -> Check:
+    """`compile: true | false | MODE`, the shorthand of its mapping of torch.compile arguments."""
+    def check(value: Any) -> str | None:
+        if isinstance(value, bool):
+            return None
+        if isinstance(value, str):
+            return compile_options.mode_problem(value)
+        return (f"expected true, false, one of {' | '.join(compile_options.MODES)} or a mapping "
+                f"(mode, fullgraph, dynamic, options), got {type_and_value(value)}")
+    return Rule(check, {"anyOf": [{"type": "boolean"}, {"enum": list(compile_options.MODES)}]})
+
+
+def compile_mode() -> Check:
+    """torch.compile's `mode`, among those without CUDA graphs of their own."""
+    def check(value: Any) -> str | None:
+        return compile_options.mode_problem(value)
+    return Rule(check, {"enum": list(compile_options.MODES)})
+
+
+def inductor_option_name() -> Check:
+    """An Inductor setting's dotted name, not one that records CUDA graphs."""
+    def check(key: Any) -> str | None:
+        return compile_options.option_name_problem(key)
+    return Rule(check, {"pattern": "^" + compile_options.OPTION_NAME.pattern + "$",
+                        "not": {"enum": list(compile_options.GRAPHING_OPTIONS)}})
+
+
+def inductor_option_value() -> Check:
+    """An Inductor setting's value: true/false, a number or a string."""
+    def check(value: Any) -> str | None:
+        if compile_options.option_value_problem(value) is None:
+            return None
+        return f"expected true, false, a number or a string, got {type_and_value(value)}"
+    return Rule(check, {"type": ["boolean", "number", "string"], "pattern": ONE_LINE})

@@ -26,6 +26,8 @@ def exported_names(settings: Mapping[str, Any], nccl_env: Iterable[str]) -> list
     names = [*RENDEZVOUS_NAMES, *nccl_env, *((settings.get("environment") or {}).get("env") or {})]
     if settings.get("cuda_graphs"):
         names.append("CLUSTERKIT_CUDA_GRAPHS")
+        if settings.get("cuda_graphs_compile"):
+            names.append("CLUSTERKIT_CUDA_GRAPHS_COMPILE")
     names += (settings.get("container") or {}).get("env") or []
     return list(dict.fromkeys(str(name) for name in names))
 

@@ -36,6 +36,7 @@ CHECKS_MAY_IMPORT = ("cluster_kit.checks", "cluster_kit.__init__", "packaging")
 # and the hang/crash diagnosis the supervisor runs from a zip app: module -> what it may import.
 STDLIB_ONLY = {
     "supervision": (),
+    "compile_options": (),
     "analysis.flight_recorder": (),
     "analysis.rank_files": ("cluster_kit.analysis.flight_recorder",),
     "analysis.faults": ("cluster_kit.analysis.rank_files",),
@@ -70,7 +71,7 @@ STDLIB_ONLY = {
 # the names it loads lazily) stands outside the order.
 LAYERS = (
     ("errors",),  # the error classes and the one sanitizer
-    ("hostlist", "text", "supervision", "node"),  # stdlib leaves
+    ("hostlist", "text", "supervision", "compile_options", "node"),  # stdlib leaves
     ("checks", "analysis", "ddp", "checkpoint"),  # facts -> findings, traces -> breakdowns, the trainer's side
     ("config",),  # files -> validated profiles and jobs -> effective settings
     ("ssh",),  # paramiko: connections, fan-out

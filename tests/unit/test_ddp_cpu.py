@@ -160,6 +160,8 @@ def test_module_loads_by_file_path_without_clusterkit() -> None:
         "assert callable(mod.build_step) and callable(mod.wrap_ddp)\n"
         "mod.heartbeat(); assert mod.stop_requested() is False\n"
         "assert mod.heartbeat.__module__ == '_clusterkit_supervision'\n"
+        "assert mod.compile_options(True) == {} and mod.ENV_COMPILE == 'CLUSTERKIT_CUDA_GRAPHS_COMPILE'\n"
+        "assert mod.compile_options.__module__ == '_clusterkit_compile_options'\n"
         "print(sorted(k for k in sys.modules if k.startswith('cluster_kit')))\n"
     )
     out = subprocess.run(

@@ -51,7 +51,7 @@ MASTER_ADDR="${clusterkit_nodes%%$'\n'*}"
 MASTER_PORT="$(( 20000 + SLURM_JOB_ID % 10000 ))"
 export MASTER_ADDR MASTER_PORT
 
-# The example trainer captures its DDP step in a CUDA graph when this is 1.
+# cluster_kit.ddp.build_step captures the DDP step in a CUDA graph when this is 1.
 export CLUSTERKIT_CUDA_GRAPHS=1
 
 # torchrun, one agent per node, 8 worker(s) each: the c10d

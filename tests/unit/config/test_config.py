@@ -266,6 +266,7 @@ def test_effective_settings(search: SearchPath) -> None:
         "output": None,
         "preflight": True,
         "cuda_graphs": False,
+        "cuda_graphs_compile": None,
         "template": "ddp",
         "master_port": None,
         "slurm": {"partition": "gpu", "account": "proj123", "qos": None,

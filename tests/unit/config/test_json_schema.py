@@ -88,6 +88,11 @@ BAD_JOBS = [
     "resilience: 5", "resilience: {max_restart: 2}", "resilience: {max_restarts: -1}",
     "resilience: {hang_timeout: 0}", "resilience: {exclude: all}", "resilience: {grace: 70000}",
     "resilience: {grace: 1.5}", "resilience: {checkpoint_dir: ~/ckpt}",
+    "cuda_graphs: maybe", "cuda_graphs: 1", "cuda_graphs: {colour: red}", "cuda_graphs: {compile: 1}",
+    "cuda_graphs: {compile: reduce-overhead}", "cuda_graphs: {compile: {mode: max-autotune}}",
+    "cuda_graphs: {compile: {fullgraph: 1}}", "cuda_graphs: {compile: {dynamic: maybe}}",
+    "cuda_graphs: {compile: {colour: red}}", "cuda_graphs: {compile: {options: {triton.cudagraphs: true}}}",
+    "cuda_graphs: {compile: {options: {'a b': 1}}}", "cuda_graphs: {compile: {options: {x: [1]}}}",
 ]
 
 
@@ -123,7 +128,8 @@ VALUES: list[Any] = [
 def every_field(spec: config_spec.Spec, path: str = "") -> list[tuple[str, config_spec.Field]]:
     if isinstance(spec, config_spec.Section):
         return [item for key, sub in spec.fields.items() for item in every_field(sub, f"{path}.{key}")] + (
-            every_field(spec.extra.value, f"{path}.*") if spec.extra else [])
+            every_field(spec.extra.value, f"{path}.*") if spec.extra else []) + (
+            [(f"{path}(shorthand)", spec.shorthand)] if spec.shorthand else [])
     if isinstance(spec, config_spec.ListOf):
         return every_field(spec.item, f"{path}[]")
     if isinstance(spec, config_spec.MapOf):
@@ -158,6 +164,8 @@ def schema_paths(node: dict[str, Any], path: tuple[str, ...] = ()) -> set[tuple[
     for key, sub in (node.get("properties") or {}).items():
         out.add(path + (key,))
         out |= schema_paths(sub, path + (key,))
+    for option in node.get("anyOf") or []:  # a section with a shorthand scalar
+        out |= schema_paths(option, path)
     return out
 
 
@@ -189,7 +197,8 @@ def test_unknown_keys_are_closed_where_the_validator_closes_them() -> None:
 def every_check(spec: config_spec.Spec) -> list[Any]:
     if isinstance(spec, config_spec.Section):
         return [c for sub in spec.fields.values() for c in every_check(sub)] + (
-            every_check(spec.extra) if spec.extra else [])
+            every_check(spec.extra) if spec.extra else []) + (
+            [spec.shorthand.check] if spec.shorthand else [])
     if isinstance(spec, config_spec.ListOf):
         return every_check(spec.item)
     if isinstance(spec, config_spec.MapOf):

@@ -422,6 +422,43 @@ def test_cuda_graphs_flag_reaches_the_trainer(cluster: FakeCluster) -> None:
     assert cluster.record("0")["env"]["CLUSTERKIT_CUDA_GRAPHS"] == "1"
 
 
+# A job file's `cuda_graphs:` -> the exported variable -> what build_step compiles with.
+GRAPHS_COMPILE = [
+    ("true", None, None),
+    ("{compile: false}", None, None),
+    ("{compile: true}", "1", {}),
+    ("{compile: default}", "1", {}),
+    ("{compile: max-autotune-no-cudagraphs}", "max-autotune-no-cudagraphs",
+     {"mode": "max-autotune-no-cudagraphs"}),
+    (("{compile: {fullgraph: true, dynamic: false, options: {coordinate_descent_tuning: true, "
+     "'triton.max_tiles': 2}}}"),
+     '{"dynamic":false,"fullgraph":true,"options":{"coordinate_descent_tuning":true,"triton.max_tiles":2}}',
+     {"fullgraph": True, "dynamic": False, "options": {"coordinate_descent_tuning": True, "triton.max_tiles": 2}}),
+]
+
+
+@pytest.mark.parametrize(("written", "exported", "options"), GRAPHS_COMPILE, ids=[g[0] for g in GRAPHS_COMPILE])
+def test_cuda_graphs_compile_reaches_build_step_as_written(
+    cluster: FakeCluster, written: str, exported: str | None, options: dict[str, Any] | None
+) -> None:
+    from cluster_kit import compile_options
+    from cluster_kit.config import spec, specs
+    from cluster_kit.config.effective import graphs_compile_env
+    from cluster_kit.config.yamlfile import loads
+
+    data = loads(f"cuda_graphs: {written}").data
+    assert spec.check(data, specs.JOB) == []
+    job = spec.with_defaults(data, specs.JOB)
+    value = graphs_compile_env(job["cuda_graphs"])
+    assert value == exported
+    settings = local_settings(cluster, nodes=1, gpus_per_node=1, cuda_graphs=True, cuda_graphs_compile=value)
+    assert cluster.run(render(settings), nodes=1).returncode == 0
+    env = cluster.record("0")["env"]
+    assert env["CLUSTERKIT_CUDA_GRAPHS"] == "1"
+    assert env.get("CLUSTERKIT_CUDA_GRAPHS_COMPILE") == exported
+    assert compile_options.options_from_env(env) == options
+
+
 def test_hostile_values_arrive_intact_and_run_nothing(cluster: FakeCluster) -> None:
     values = hostile(cluster.canary)
     env = {f"HOSTILE_{i}": value for i, value in enumerate(values)}

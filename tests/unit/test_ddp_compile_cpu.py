@@ -1,0 +1,190 @@
+"""build_step(..., compile=...) on the CPU: Inductor's CPU backend, DDP over gloo.
+
+Graph capture needs CUDA, so here the compiled step runs eagerly; it must compute
+exactly what the plain loop of SPEC "cluster_kit.ddp" computes with
+``torch.compile(model)`` and ``torch.compile(loss_fn)`` in their places, and a
+compile that fails must leave the model's own kernels with the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import shutil
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from cluster_kit import ddp
+
+# Inductor's CPU backend writes C++ and builds it with g++ (scripts/setup installs it).
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs a C++ compiler (g++) for Inductor")
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+STEPS = 8
+K = 2  # micro-batches a step
+MAX_NORM = 0.5
+
+
+@pytest.fixture(scope="module", autouse=True)
+def process_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    store = tmp_path_factory.mktemp("pg") / "store"
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo() -> Iterator[None]:
+    """Each test compiles anew: dynamo's cache of one test's frames stays out of the next."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+class Net(nn.Module):
+    """Pointwise work in bf16 that Inductor fuses (rounding once, where eager rounds
+    after every op), BatchNorm statistics and dropout's random numbers: the compiled
+    step differs from the plain one, and a first pass that left a trace would show."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 32)
+        self.norm = nn.BatchNorm1d(32)
+        self.drop = nn.Dropout(0.1)
+        self.b = nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x)
+        h = F.gelu(h) * 1.7 + torch.tanh(h) * 0.3
+        return self.b(self.drop(self.norm(h)))
+
+
+class BreakingNet(Net):
+    """Net with a graph break, which ``fullgraph=True`` refuses."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x)
+        h = F.gelu(h) * 1.7 + torch.tanh(h) * 0.3
+        torch._dynamo.graph_break()
+        return self.b(self.drop(self.norm(h)))
+
+
+def make_model(graph_break: bool = False) -> DistributedDataParallel:
+    torch.manual_seed(0)
+    return DistributedDataParallel(BreakingNet() if graph_break else Net())
+
+
+def make_batches() -> list[Batch]:
+    gen = torch.Generator().manual_seed(1)
+    return [(torch.randn(K, 6, 8, generator=gen), torch.randn(K, 6, 4, generator=gen))
+            for _ in range(STEPS)]
+
+
+def make_optimizer(model: nn.Module) -> tuple[torch.optim.Optimizer, Any]:
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    factor: Callable[[int], float] = lambda i: min(1.0, (i + 1) / 3) * 0.5 * (1 + math.cos(math.pi * i / STEPS))
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
+Record = tuple[list[float], list[torch.Tensor]]
+
+
+def plain_loop(model: DistributedDataParallel, forward: Callable[..., Any],
+               loss_fn: Callable[..., Any]) -> Record:
+    """SPEC's plain loop with `forward` and `loss_fn`, as a user writes it."""
+    opt, sched = make_optimizer(model)
+    torch.manual_seed(2)
+    losses = []
+    for inputs, targets in make_batches():
+        total = torch.zeros(())
+        for i in range(K):
+            sync = model.no_sync() if i < K - 1 else contextlib.nullcontext()
+            with sync:
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    loss = loss_fn(forward(inputs[i]), targets[i]) / K
+                loss.backward()
+            total = total + loss.detach()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        sched.step()
+        losses.append(float(total))
+    return losses, [p.detach().clone() for p in model.parameters()] + list(model.buffers())
+
+
+def built_loop(model: DistributedDataParallel, **kwargs: Any) -> tuple[ddp.TrainingStep, Record]:
+    opt, sched = make_optimizer(model)
+    data = make_batches()
+    torch.manual_seed(2)  # before build_step: its first compiled pass must give back what it drew
+    step = ddp.build_step(model, opt, F.mse_loss, data[0], enabled=False,
+                          autocast_dtype=torch.bfloat16, max_grad_norm=MAX_NORM,
+                          accumulation_steps=K, **kwargs)
+    losses = []
+    for batch in data:
+        losses.append(float(step(*batch)))
+        sched.step()
+    return step, (losses, [p.detach().clone() for p in model.parameters()] + list(model.buffers()))
+
+
+def same(a: Record, b: Record) -> bool:
+    return a[0] == b[0] and all(torch.equal(p, q) for p, q in zip(a[1], b[1]))
+
+
+def test_a_compiled_step_equals_the_compiled_plain_loop_exactly() -> None:
+    reference = make_model()
+    want = plain_loop(reference, torch.compile(reference), torch.compile(F.mse_loss))
+    uncompiled = make_model()
+    plain = plain_loop(uncompiled, uncompiled, F.mse_loss)
+    assert not same(plain, want)  # Inductor's kernels round otherwise: the comparison can tell
+    step, got = built_loop(make_model(), compile=True)
+    assert step.compiled is True and step.graphed is False
+    assert step.reason == f"CUDA graphs not requested ({ddp.ENV_FLAG} is not 1)"
+    assert same(got, want)
+
+
+def test_a_failed_compile_leaves_the_models_own_kernels_with_the_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    model = make_model(graph_break=True)
+    want = plain_loop(model, model, F.mse_loss)
+    with caplog.at_level("WARNING", logger="cluster_kit.ddp"):
+        step, got = built_loop(make_model(graph_break=True), compile={"fullgraph": True})
+    assert step.compiled is False and step.graphed is False
+    reason = str(step.reason)
+    assert reason.startswith(f"CUDA graphs not requested ({ddp.ENV_FLAG} is not 1); torch.compile failed: ")
+    assert reason.endswith("; steps run the model's own kernels")
+    assert "\n" not in reason and len(reason) < 500
+    assert "Inductor off: torch.compile failed" in caplog.text
+    assert same(got, want)
+
+
+def test_the_job_scripts_variable_turns_compiling_on_and_an_argument_wins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(ddp.ENV_COMPILE, "1")
+    on, _ = built_loop(make_model())
+    assert on.compiled is True
+    off, _ = built_loop(make_model(), compile=False)
+    assert off.compiled is False and off.reason == f"CUDA graphs not requested ({ddp.ENV_FLAG} is not 1)"
+    monkeypatch.setenv(ddp.ENV_COMPILE, "reduce-overhead")
+    with pytest.raises(ValueError, match="CLUSTERKIT_CUDA_GRAPHS_COMPILE='reduce-overhead'"):
+        built_loop(make_model())
+
+
+@pytest.mark.parametrize("value", ["reduce-overhead", {"options": {"triton.cudagraphs": True}}])
+def test_modes_with_cuda_graphs_of_their_own_are_refused_before_anything_runs(value: Any) -> None:
+    model = make_model()
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(ValueError, match="records CUDA graphs of its own"):
+        built_loop(model, compile=value)
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before))
