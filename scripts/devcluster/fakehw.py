@@ -150,6 +150,9 @@ SPECS = {
     # mlx5_3 sits on a PCIe switch of its own and mlx5_4, which ib_hca does not list,
     # shares the switch of GPUs 6 and 7.
     "topo-far": dict(ib_node(5, 8), hca_switch=[0, 1, 2, 4, 3]),
+    # Last: a fourth Slurm node (a hot spare, or where a job goes without two others)
+    # whose host name is not its Slurm name; its hardware is n1's.
+    "n4": ib_node(2, 4),
 }
 
 
