@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -103,9 +104,36 @@ def parse_chain(text: str, folder: str) -> Chain | None:
 
 
 def read_chain(runner: Runner, folder: str) -> Chain | None:
-    """The chain whose record is in `folder`, read through the runner; None without one."""
-    completed = runner.run(["cat", "--", posixpath.join(_plain_path(folder), attempts_record.RECORD_NAME)])
+    """The chain whose record is in `folder`, read through the runner; None without one,
+    and None for a record someone else could have written (the supervisor refuses
+    those too: see supervisor/private.py)."""
+    path = posixpath.join(_plain_path(folder), attempts_record.RECORD_NAME)
+    if not _owned(runner, [_plain_path(folder), path]):
+        return None
+    completed = runner.run(["cat", "--", path])
     return parse_chain(completed.stdout, folder) if completed.ok else None
+
+
+def _owned(runner: Runner, paths: Sequence[str]) -> bool:
+    """Whether every path is the runner's user's, not a link, and not writable by others."""
+    user = runner.run(["id", "-u"])
+    listed = runner.run(["stat", "-c", "%u %a %F", "--", *paths])
+    return user.ok and listed.ok and owned_by(listed.stdout, user.stdout.strip(), len(paths))
+
+
+def owned_by(stat_lines: str, uid: str, count: int) -> bool:
+    """`stat -c '%u %a %F'` lines: `count` folders and regular files of `uid` that group
+    and others cannot write (a symbolic link is none of them)."""
+    lines = stat_lines.splitlines()
+    if len(lines) != count:
+        return False
+    for line in lines:
+        owner, mode, kind = (line.split(" ", 2) + ["", ""])[:3]
+        if owner != uid or not re.fullmatch(r"[0-7]{3,4}", mode) or int(mode, 8) & 0o022:
+            return False
+        if kind not in ("directory", "regular file", "regular empty file"):
+            return False
+    return True
 
 
 def find_chain(runner: Runner, job: records.JobRecord | str, output: str | None = None) -> Chain | None:

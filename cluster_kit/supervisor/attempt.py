@@ -110,10 +110,10 @@ class Attempt:
         next_nodes = time.time() + NODE_POLL_S
         while True:
             code = self.proc.poll()
+            if self.terminated:  # first: ranks told to stop by it may have returned 0 already
+                return Watched("signal", code)
             if code is not None:
                 return Watched("exit", code)
-            if self.terminated:
-                return Watched("signal")
             self.heartbeats(clock)
             now = time.time()
             if now >= next_nodes:

@@ -141,3 +141,24 @@ def start_dev_cluster() -> DevCluster:
 def dev_cluster() -> DevCluster:
     """The running dev cluster (started here if needed); see this module's docstring."""
     return start_dev_cluster()
+
+
+@pytest.fixture(scope="session")
+def keep_folder() -> Iterator[Path]:
+    """A folder every node sees (and `ckuser` can enter) for the jobs that keep training."""
+    from jobcli import shared_dir
+
+    with shared_dir("ck-resilience-") as path:
+        yield path
+
+
+@pytest.fixture(scope="session")
+def reference_weights(dev_cluster: DevCluster, keep_folder: Path) -> Path:
+    """The weights of examples/train_resilient.py's training without a fault: one attempt, completed."""
+    from keeptrain import chain_record, job, submit
+
+    job_id = submit(dev_cluster, job(keep_folder, "ck-clean", step_seconds=0))
+    record = chain_record(keep_folder, job_id)
+    assert [a["ended"] for a in record["attempts"]] == ["completed"], record
+    assert record["final"] == {"ended": "completed", "exit_code": 0, "why": "completed"}
+    return keep_folder / "ck-clean.weights"

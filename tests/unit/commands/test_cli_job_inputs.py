@@ -136,18 +136,18 @@ def test_a_bad_gpu_count_says_what_to_write(work: Path, value: str, message: str
 # ---------------------------------------------------------------- 2. more nodes than the profile lists
 
 def test_more_nodes_than_the_profiles_hostlist_is_refused_at_the_jobs_line(work: Path) -> None:
-    job = job_file(work, "profile: local-dev\nscript: train.py\nnodes: 4\n")
+    job = job_file(work, "profile: local-dev\nscript: train.py\nnodes: 5\n")
     for command in ("validate", "render"):
         done = ck(command, str(job))
         assert done.exit_code == 2, (command, done.stdout)
         assert done.stderr.splitlines()[0] == (
-            f"{job}:3: nodes: 4 but profile local-dev lists 3 nodes (n[1-3]); fix: ask for at most 3 "
-            f"(nodes: 3), or add nodes to the profile's `nodes:` ({LOCAL_DEV}:{line_of(LOCAL_DEV, 'nodes:')})")
+            f"{job}:3: nodes: 5 but profile local-dev lists 4 nodes (n[1-4]); fix: ask for at most 4 "
+            f"(nodes: 4), or add nodes to the profile's `nodes:` ({LOCAL_DEV}:{line_of(LOCAL_DEV, 'nodes:')})")
         assert "Traceback" not in done.stderr
 
 
 def test_as_many_nodes_as_listed_pass(work: Path) -> None:
-    assert ck("validate", str(job_file(work, "profile: local-dev\nscript: train.py\nnodes: 3\n"))).exit_code == 0
+    assert ck("validate", str(job_file(work, "profile: local-dev\nscript: train.py\nnodes: 4\n"))).exit_code == 0
 
 
 def test_without_a_hostlist_in_the_profile_the_node_count_is_left_to_slurm(work: Path) -> None:

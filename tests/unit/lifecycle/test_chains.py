@@ -3,6 +3,8 @@ attempts record (tests/data/attempts) with Slurm's recorded text (tests/data/slu
 from __future__ import annotations
 
 import json
+import os
+import pwd
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -88,8 +90,37 @@ def test_the_first_job_finds_its_record_beside_its_output(logs: Path) -> None:
     cluster = ChainCluster()
     chain = chains.find_chain(cluster, submitted("123", logs, RESILIENCE))
     assert chain is not None and chain.folder == str(logs / "clusterkit-123")
-    assert cluster.calls == [["cat", "--", str(logs / "clusterkit-123" / "attempts.json")]]
+    folder = logs / "clusterkit-123"
+    assert cluster.calls == [["id", "-u"], ["stat", "-c", "%u %a %F", "--", str(folder), str(folder / "attempts.json")],
+                             ["cat", "--", str(folder / "attempts.json")]]
 
+
+def test_a_record_another_user_could_have_written_is_not_read(logs: Path) -> None:
+    plant_chain("hang_then_completed", logs)
+    folder = logs / "clusterkit-123"
+    os.chmod(folder, 0o777)
+    cluster = ChainCluster()
+    assert chains.find_chain(cluster, submitted("123", logs, RESILIENCE)) is None
+    assert ["cat", "--", str(folder / "attempts.json")] not in cluster.calls
+    os.chmod(folder, 0o700)
+    os.chown(folder / "attempts.json", pwd.getpwnam("nobody").pw_uid, -1)
+    assert chains.find_chain(cluster, submitted("123", logs, RESILIENCE)) is None
+
+
+@pytest.mark.parametrize(("lines", "trusted"), [
+    ("0 700 directory\n0 600 regular file\n", True),
+    ("0 700 directory\n0 600 regular empty file\n", True),
+    ("0 1777 directory\n0 600 regular file\n", False),
+    ("0 720 directory\n0 600 regular file\n", False),
+    ("0 700 directory\n0 604 regular file\n", True),
+    ("0 700 directory\n0 602 regular file\n", False),
+    ("0 700 directory\n1001 600 regular file\n", False),
+    ("0 777 symbolic link\n0 600 regular file\n", False),
+    ("0 700 directory\n0 600 fifo\n", False),
+    ("0 700 directory\n", False),
+])
+def test_what_a_record_must_be_to_be_read(lines: str, trusted: bool) -> None:
+    assert chains.owned_by(lines, "0", 2) is trusted
 
 def test_a_job_without_resilience_reads_nothing(logs: Path) -> None:
     cluster = ChainCluster()

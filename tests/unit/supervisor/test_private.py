@@ -52,7 +52,8 @@ def test_a_folder_planted_by_another_user_is_refused_with_the_fix(tmp_path: Path
     with pytest.raises(private.Untrusted) as caught:
         private.folder(str(folder))
     assert str(caught.value) == (
-        f"{folder} belongs to user id {other_uid()}, not to the job's user ({os.getuid()}): the supervisor uses "
+        f"{folder} belongs to {pwd.getpwuid(other_uid()).pw_name} (uid {other_uid()}), not to the job's user "
+        f"({pwd.getpwuid(os.getuid()).pw_name} (uid {os.getuid()})): the supervisor uses "
         f"only folders of the job's own user that nobody else can write; {private.FIX}")
 
 
@@ -109,7 +110,7 @@ def test_a_file_someone_else_could_have_written_is_not_read(tmp_path: Path, plan
         os.chmod(path, 0o600 if plant == "other" else 0o666)
         if plant == "other":
             os.chown(path, other_uid(), -1)
-    expected = {"link": "is a symbolic link", "other": "belongs to user id", "writable": "is writable by group and others",
+    expected = {"link": "is a symbolic link", "other": "belongs to ", "writable": "is writable by group and others",
                 "fifo": "is not a file"}[plant]
     with pytest.raises(private.Untrusted, match=expected):
         private.read(str(path))

@@ -1,0 +1,127 @@
+"""Helpers for the tests of jobs that keep training (`resilience:`) on the dev cluster.
+
+A job here is examples/train_resilient.py on 2 nodes x 2 gloo ranks: it checkpoints,
+resumes and can be planted with faults. `chain_record` waits for the attempts record
+to say the chain ended; `assert_same_weights` compares the final weights with those of
+the same training without a fault (the `reference_weights` fixture of conftest.py).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from jobcli import REPO, clusterkit, job_id_of, write_yaml
+
+STEPS = 48
+CHAIN_TIMEOUT_S = 420
+
+
+def job(folder: Path, name: str, *args: str, resilience: dict[str, Any] | None = None,
+        time_limit: str = "00:05:00", step_seconds: float = 0.1, **extra: Any) -> Path:
+    return write_yaml(folder / f"{name}.yaml", {
+        "name": name, "profile": "local-dev", "nodes": 2, "gpus_per_node": 2, "time": time_limit,
+        "script": str(REPO / "examples" / "train_resilient.py"),
+        "args": ["--steps", str(STEPS), "--step-seconds", str(step_seconds), "--checkpoint-every", "4",
+                 "--weights-out", str(folder / f"{name}.weights"), *args],
+        "output": f"{folder}/%x-%j.out", "env": {"OMP_NUM_THREADS": "1"}, "preflight": False,
+        "resilience": {"hang_timeout": 20, "max_restarts": 2, "checkpoint_dir": str(folder / f"{name}.ckpt"),
+                       **(resilience or {})}, **extra})
+
+
+def submit(dev_cluster: Any, job_file: Path) -> str:
+    done = clusterkit(dev_cluster, "submit", str(job_file), "--no-preflight")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return job_id_of(done)
+
+
+def record_path(folder: Path, job_id: str) -> Path:
+    return folder / f"clusterkit-{job_id}" / "attempts.json"
+
+
+def chain_record(folder: Path, job_id: str, timeout: float = CHAIN_TIMEOUT_S) -> dict[str, Any]:
+    """The attempts record once the chain has ended."""
+    path = record_path(folder, job_id)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            record = None
+        if record and record.get("final"):
+            return record
+        time.sleep(2)
+    raise AssertionError(f"the chain of job {job_id} did not end in {timeout:.0f} s: "
+                         f"{path.read_text() if path.exists() else 'no record'}")
+
+
+def hostnames(dev_cluster: Any, nodelist: str) -> list[str]:
+    done = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                          env=dev_cluster.slurm_env(), check=True)
+    return done.stdout.split()
+
+
+def second_node(dev_cluster: Any, nodelist: str) -> str:
+    return hostnames(dev_cluster, nodelist)[1]
+
+
+def yaml_of(path: Path) -> dict[str, Any]:
+    import yaml
+
+    return yaml.safe_load(path.read_text())
+
+
+def assert_same_weights(got: Path, reference: Path) -> None:
+    """Final weights as the run without faults (1e-5: DDP's first step after a restart
+    buckets differently)."""
+    import torch
+
+    mine, theirs = torch.load(got, weights_only=True), torch.load(reference, weights_only=True)
+    assert sorted(mine) == sorted(theirs)
+    for key in mine:
+        assert torch.allclose(mine[key], theirs[key], atol=1e-5, rtol=0), key
+
+
+def training(folder: Path, job_id: str, attempt: int = 0) -> dict[str, Any]:
+    """Once every rank of the attempt has sent a heartbeat, and a few steps more: the
+    attempts record then."""
+    beats = folder / f"clusterkit-{job_id}" / f"attempt-{attempt}" / "heartbeat"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and len(list(beats.glob("rank-*"))) < 4:
+        time.sleep(1)
+    time.sleep(3)
+    return json.loads(record_path(folder, job_id).read_text())
+
+
+def log_of(attempt: dict[str, Any]) -> str:
+    return Path(attempt["output"]).read_text()
+
+
+def squeue_state(dev_cluster: Any, job_id: str) -> str:
+    return subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True,
+                          env=dev_cluster.slurm_env(), check=False).stdout.strip()
+
+
+def wait_running(dev_cluster: Any, job_id: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while squeue_state(dev_cluster, job_id) != "RUNNING":
+        assert time.monotonic() < deadline, f"job {job_id} did not start: {squeue_state(dev_cluster, job_id)}"
+        time.sleep(0.5)
+
+
+@contextmanager
+def holding(dev_cluster: Any, nodes: str, seconds: int = 900) -> Iterator[str]:
+    """A job of another user's kind that holds `nodes` (exclusively) while the block runs."""
+    done = subprocess.run(["sbatch", "--parsable", "-N", str(len(hostnames(dev_cluster, nodes))), "-w", nodes,
+                           "--exclusive", "-J", "ck-holder", "-o", "/dev/null", "--wrap", f"sleep {seconds}"],
+                          capture_output=True, text=True, env=dev_cluster.slurm_env(), check=True)
+    holder = done.stdout.strip().split(";")[0]
+    try:
+        wait_running(dev_cluster, holder)
+        yield holder
+    finally:
+        subprocess.run(["scancel", holder], env=dev_cluster.slurm_env(), check=False, capture_output=True)
