@@ -157,13 +157,15 @@ def supervised_sbatch(resilience: Mapping[str, Any] | None) -> dict[str, str]:
 
     `signal`: USR1 to the batch shell, where the supervisor runs, `grace` seconds
     before the time limit (none with grace 0). `no-kill`: the allocation outlives a
-    failed node, so the supervisor can blame it and restart without it. The job's
-    own slurm options are merged over these; the profile's are not.
+    failed node, so the supervisor can blame it and restart without it, in the same
+    allocation. `requeue`: when the node of the batch script itself fails, Slurm runs
+    the job again, and its supervisor goes on with the chain. The job's own slurm
+    options are merged over these; the profile's are not.
     """
     if resilience is None:
         return {}
     out = {"signal": f"B:USR1@{resilience['grace']}"} if resilience["grace"] > 0 else {}
-    return {**out, "no-kill": ""}
+    return {**out, "no-kill": "", "requeue": ""}
 
 
 def _without_gpu_requests(extra: Mapping[str, str | None]) -> dict[str, str | None]:

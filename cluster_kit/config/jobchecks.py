@@ -29,6 +29,10 @@ def check_node_count(job: Mapping[str, Any], profile: Profile | None) -> list[sp
     wanted, listed = job.get("nodes"), profile.data.get("nodes") if profile else None
     if not isinstance(wanted, int) or isinstance(wanted, bool) or not isinstance(listed, str):
         return []
+    resilience = job.get("resilience")
+    spares = resilience.get("spare_nodes") if isinstance(resilience, Mapping) else None
+    if isinstance(spares, int) and not isinstance(spares, bool) and spares > 0:
+        return _spares_fit(wanted, spares, listed, profile)
     try:
         count = len(hostlist.expand(listed))
     except ValueError:
@@ -39,6 +43,35 @@ def check_node_count(job: Mapping[str, Any], profile: Profile | None) -> list[sp
     return [(("nodes",), (f"nodes: {wanted} but profile {profile.name} lists {_nodes(count)} ({listed}); "
                          f"fix: ask for at most {count} (nodes: {count}), or add nodes to the profile's "
                          f"`nodes:` ({profile.where('nodes')})"))]
+
+
+def _spares_fit(nodes: int, spares: int, listed: str, profile: Profile | None) -> list[spec.Problem]:
+    from cluster_kit import hostlist
+
+    try:
+        count = len(hostlist.expand(listed))
+    except ValueError:
+        return []
+    if nodes + spares <= count:
+        return []
+    assert profile is not None
+    return [(("resilience", "spare_nodes"), (
+        f"nodes: {nodes} and resilience.spare_nodes: {spares} ask for {nodes + spares} nodes but profile "
+        f"{profile.name} lists {_nodes(count)} ({listed}); fix: ask for at most {count} in all, or add nodes to "
+        f"the profile's `nodes:` ({profile.where('nodes')})"))]
+
+
+def check_min_nodes(job: Mapping[str, Any]) -> list[spec.Problem]:
+    """`resilience.min_nodes` above `nodes`: the job could never go on with fewer."""
+    resilience, nodes = job.get("resilience"), job.get("nodes", 1)
+    if not isinstance(resilience, Mapping) or not isinstance(nodes, int) or isinstance(nodes, bool):
+        return []
+    least = resilience.get("min_nodes")
+    if not isinstance(least, int) or isinstance(least, bool) or least <= nodes:
+        return []
+    return [(("resilience", "min_nodes"), (f"resilience.min_nodes: {least} is more than nodes: {nodes}; fix: "
+                                           f"give at most {nodes} (the job trains on `nodes`, with fewer only "
+                                           "when no spare is left)"))]
 
 
 def _nodes(count: int) -> str:

@@ -282,7 +282,7 @@ def _cross_check_job(job: Mapping[str, Any], profile: Profile | None) -> list[sp
                    "or use launcher: srun")
         return [(("slurm", "ntasks_per_node"), message)]
     return [*jobchecks.check_node_count(job, profile), *jobchecks.check_gpu_requests(job),
-            *jobchecks.check_grace(job, profile), *jobchecks.check_compile(job),
+            *jobchecks.check_grace(job, profile), *jobchecks.check_compile(job), *jobchecks.check_min_nodes(job),
             *_check_container(job.get("container"))]
 
 

@@ -16,6 +16,7 @@ from cluster_kit.config.validators import (
     absolute_path,
     arg,
     boolean,
+    checkpoint_every,
     cluster_path,
     compile_mode,
     compile_shorthand,
@@ -248,6 +249,11 @@ RESILIENCE = Section({
     "grace": Field(integer(0, SIGNAL_TIME_MAX), 120),  # the sig_time of sbatch --signal
     "max_time_requeues": Field(integer(lo=0), 5),
     "checkpoint_dir": Field(cluster_path("/scratch/alice/run1/ckpt")),
+    "spare_nodes": Field(integer(lo=0), 0),
+    "min_nodes": Field(positive_int()),
+    "checkpoint_every": Field(checkpoint_every()),
+    "keep_checkpoints": Field(positive_int(), 3),
+    "mtbf_hours": Field(positive_number()),
 }, present=False, nullable=True)
 
 
@@ -411,6 +417,18 @@ DESCRIPTIONS: dict[str, str] = {
                        "unless the job's own slurm sets them."),
     "job.resilience.max_restarts": "Restarts after a failure (hang, crash, node failure).",
     "job.resilience.hang_timeout": "Seconds in which every rank must finish a step; else it is a hang.",
+    "job.resilience.spare_nodes": ("Hot spares: the job asks for nodes + spare_nodes and trains on `nodes` of "
+                                   "them; after a failure the next attempt is a new job step in the same "
+                                   "allocation, a spare in place of each blamed node."),
+    "job.resilience.min_nodes": ("With no spare left, go on in the allocation with this many nodes (the trainer "
+                                 "sees the new WORLD_SIZE); default nodes: below it, the next attempt is a new "
+                                 "job."),
+    "job.resilience.checkpoint_every": ("How often cluster_kit.checkpoint saves: auto (Young/Daly from the save "
+                                        "cost, the restart time and the failure rate), a number of steps, or a "
+                                        "duration such as 30m; exported as CLUSTERKIT_CHECKPOINT_EVERY."),
+    "job.resilience.keep_checkpoints": "How many checkpoints cluster_kit.checkpoint keeps (the newest).",
+    "job.resilience.mtbf_hours": ("Mean time between failures of one node, for checkpoint_every: auto before the "
+                                  "chain and your earlier chains have seen failures (default 5000)."),
     "job.resilience.startup_timeout": ("Seconds from the start of an attempt to the first finished step of every "
                                        "rank (imports, rendezvous, loading a checkpoint); default max(hang_timeout, 600)."),
     "job.resilience.exclude": ("blamed: restart without the nodes a diagnosis blamed, while enough others remain; "

@@ -316,6 +316,22 @@ def duration_window() -> Check:
                                   {"type": "string", "pattern": "^[0-9]+[smhd]?$"}]})
 
 
+def checkpoint_every() -> Check:
+    """resilience.checkpoint_every: auto, a number of steps, or a duration (90s, 30m, 2h, 1d)."""
+    from cluster_kit.checkpoint.interval import parse_every
+
+    def check(value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            return f"{_shown(value)} is not auto, a number of steps (500) or a duration (90s, 30m, 2h)"
+        try:
+            parse_every(value)
+        except ValueError as exc:
+            return str(exc).split(": ", 1)[-1]
+        return None
+    return Rule(check, {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": (
+        "^\\s*([aA][uU][tT][oO]|[0-9]*[1-9][0-9]*|[0-9]+(\\.[0-9]+)?\\s*[sSmMhHdD])\\s*$")}]})
+
+
 def exclusive() -> Check:
     """--exclusive: true/false or user | mcs | topo."""
     def check(value: Any) -> str | None:

@@ -7,7 +7,9 @@ from typing import Any
 OPTIONS = (("max_restarts", "--max-restarts"), ("hang_timeout", "--hang-timeout"),
            ("startup_timeout", "--startup-timeout"), ("exclude", "--exclude"), ("exclude_on", "--exclude-on"),
            ("grace", "--grace"), ("max_time_requeues", "--max-time-requeues"),
-           ("checkpoint_dir", "--checkpoint-dir"))
+           ("checkpoint_dir", "--checkpoint-dir"), ("spare_nodes", "--spare-nodes"), ("min_nodes", "--min-nodes"),
+           ("checkpoint_every", "--checkpoint-every"), ("keep_checkpoints", "--keep-checkpoints"),
+           ("mtbf_hours", "--mtbf-hours"))
 
 
 def supervisor_args(resilience: Mapping[str, Any]) -> list[str]:

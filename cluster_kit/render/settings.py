@@ -79,7 +79,7 @@ def sbatch_directives(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
     shape = launch_shape(settings)
     pairs: list[tuple[str, Any]] = [
         ("job-name", settings.get("name")),
-        ("nodes", settings.get("nodes")),
+        ("nodes", allocated_nodes(settings)),
         ("ntasks-per-node", shape.tasks_per_node),
         ("gpus-per-node", settings.get("gpus_per_node") or None),  # 0: no GPU request at all
     ]
@@ -91,6 +91,13 @@ def sbatch_directives(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
     for option, value in (slurm.get("extra") or {}).items():
         pairs.append((_checked_option(option), _flag(value)))
     return [(option, setting_text(value)) for option, value in pairs if value is not None]
+
+
+def allocated_nodes(settings: Mapping[str, Any]) -> Any:
+    """The nodes the job asks Slurm for: its `nodes`, and its hot spares (`resilience.spare_nodes`)."""
+    spares = (settings.get("resilience") or {}).get("spare_nodes") or 0
+    nodes = settings.get("nodes")
+    return nodes + spares if isinstance(nodes, int) and spares else nodes
 
 
 def _flag(value: Any) -> Any:

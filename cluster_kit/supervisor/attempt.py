@@ -57,6 +57,8 @@ class Attempt:
         self.terminated = False
         self.proc = None
         self.lines = []
+        self.step = None  # "<job>.<step>" once Slurm lists the launch's step
+        self.steps_before = ()
 
     # --- signals (flags and the stop file only) ---------------------------------------
     def on_grace(self, signum, frame):
@@ -76,10 +78,16 @@ class Attempt:
         except OSError as exc:
             say(f"cannot write the stop file: {exc}")
 
-    def start(self):
+    def start(self, previous=None):
+        """Install the signal handlers and start the launch; a signal the attempt before
+        this one (in the same allocation) got after it ended carries over."""
+        if previous is not None and (previous.grace or previous.terminated):
+            self.grace, self.terminated = previous.grace, previous.terminated
+            self.write_stop()
         signal.signal(signal.SIGUSR1, self.on_grace)
         signal.signal(signal.SIGTERM, self.on_term)
         signal.signal(signal.SIGINT, self.on_term)
+        self.steps_before = tuple(slurmctl.running_steps(self.job_id))
         self.proc = subprocess.Popen(self.launch, env=self.env, stderr=subprocess.PIPE)
         thread = threading.Thread(target=self._copy_stderr, daemon=True)
         thread.start()
@@ -115,6 +123,7 @@ class Attempt:
             if code is not None:
                 return Watched("exit", code)
             self.heartbeats(clock)
+            self.find_step()
             now = time.time()
             if now >= next_nodes:
                 next_nodes = now + NODE_POLL_S
@@ -134,6 +143,13 @@ class Attempt:
                 self.stop_launch()
                 return Watched("hang", self.proc.wait(), hang)
             time.sleep(POLL_S)
+
+    def find_step(self):
+        """The launch's step id: the newest step Slurm lists that was not there before."""
+        if self.step is None:
+            new = [int(s) for s in slurmctl.running_steps(self.job_id) if s not in self.steps_before]
+            if new:
+                self.step = f"{self.job_id}.{max(new)}"
 
     def rank_failed(self):
         """Whether some rank wrote its exception or fault file: it is ending, and srun

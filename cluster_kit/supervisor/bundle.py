@@ -12,7 +12,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent
 MODULES = ("supervisor/__init__.py", "supervisor/private.py", "supervisor/record.py", "supervisor/decide.py",
-           "supervisor/slurmctl.py", "supervisor/attempt.py", "supervisor/job.py",
+           "supervisor/slurmctl.py", "supervisor/launch.py", "supervisor/attempt.py", "supervisor/job.py",
+           "checkpoint/interval.py",
            "analysis/flight_recorder.py", "analysis/rank_files.py", "analysis/faults.py", "analysis/culprit.py",
            "slurm/outcome.py", "slurm/builders.py", "slurm/node_names.py", "hostlist.py")
 MAIN = "import sys\nfrom cluster_kit.supervisor.job import main\nsys.exit(main())\n"
@@ -22,7 +23,7 @@ def build_bundle() -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("__main__.py", MAIN)
-        for package in ("cluster_kit", "cluster_kit/analysis", "cluster_kit/slurm"):
+        for package in ("cluster_kit", "cluster_kit/analysis", "cluster_kit/slurm", "cluster_kit/checkpoint"):
             zf.writestr(f"{package}/__init__.py", "")
         for name in MODULES:
             zf.write(PACKAGE / name, f"cluster_kit/{name}")

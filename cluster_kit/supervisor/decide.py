@@ -285,3 +285,19 @@ def slurm_time(text):
         return time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S"))
     except ValueError:
         return None
+
+
+def chain_history(attempts):
+    """(seconds run, failures, mean restart seconds or None) of the attempts that ended:
+    what `checkpoint_every: auto` needs from this chain. A restart is from the fault
+    (its end, less the time it took to be found) to the next attempt's start."""
+    ended = [a for a in attempts if a.get("ended") not in (None, "running") and a.get("started_at")]
+    run_s = sum(max(0.0, float(a.get("ended_at") or a["started_at"]) - float(a["started_at"])) for a in ended)
+    failures = sum(1 for a in ended if a.get("ended") in FAILURES)
+    gaps = []
+    for index in range(1, len(attempts)):  # Python 3.8: no itertools.pairwise
+        before, after = attempts[index - 1], attempts[index]
+        if before.get("ended") in FAILURES and before.get("ended_at") and after.get("started_at"):
+            found = float(before.get("detected_after_s") or 0)
+            gaps.append(float(after["started_at"]) - float(before["ended_at"]) + found)
+    return run_s, failures, (sum(gaps) / len(gaps) if gaps else None)

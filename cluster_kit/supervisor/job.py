@@ -17,11 +17,14 @@ import time
 
 from cluster_kit.analysis import culprit as culprits
 from cluster_kit.analysis import rank_files
+from cluster_kit.checkpoint import interval
+from cluster_kit.hostlist import NodeSet
 from cluster_kit.slurm import builders, node_names, outcome
-from cluster_kit.supervisor import decide, private, record, slurmctl
+from cluster_kit.supervisor import decide, launch, private, record, slurmctl
 from cluster_kit.supervisor.attempt import Attempt, say
 
 SCRIPT_NAME = "job.sbatch"
+AGAIN = object()  # settle's word for: the next attempt runs in this allocation
 TERM_WAIT_S = 300.0  # after SIGTERM, the launch is waited for (Slurm's SIGKILL ends it sooner)
 
 
@@ -31,8 +34,13 @@ class Refused(RuntimeError):
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(prog="clusterkit-supervisor")
-    parser.add_argument("--world-size", type=int, required=True)
-    parser.add_argument("--tasks-per-node", type=int, required=True)
+    parser.add_argument("--nodes", type=int, required=True, help="the job's nodes (without its spares)")
+    parser.add_argument("--tasks-per-node", type=int, required=True, help="ranks per node")
+    parser.add_argument("--spare-nodes", type=int, default=0)
+    parser.add_argument("--min-nodes", type=int, default=0, help="0: --nodes")
+    parser.add_argument("--checkpoint-every", default="")
+    parser.add_argument("--keep-checkpoints", type=int, default=0)
+    parser.add_argument("--mtbf-hours", type=float, default=0.0)
     parser.add_argument("--max-restarts", type=int, default=3)
     parser.add_argument("--hang-timeout", type=float, default=300.0)
     parser.add_argument("--startup-timeout", type=float, default=0.0, help="0: max(hang timeout, 600 s)")
@@ -57,7 +65,9 @@ def resilience_of(args):
     return {"max_restarts": args.max_restarts, "hang_timeout": args.hang_timeout,
             "startup_timeout": args.startup_timeout or None, "exclude": args.exclude, "exclude_on": args.exclude_on,
             "grace": args.grace, "max_time_requeues": args.max_time_requeues,
-            "checkpoint_dir": args.checkpoint_dir or None}
+            "checkpoint_dir": args.checkpoint_dir or None, "spare_nodes": args.spare_nodes,
+            "min_nodes": args.min_nodes or None, "checkpoint_every": args.checkpoint_every or None,
+            "keep_checkpoints": args.keep_checkpoints or None, "mtbf_hours": args.mtbf_hours or None}
 
 
 # --- the chain's record -------------------------------------------------------------------
@@ -136,6 +146,22 @@ def addresses_of(host):
         return []
 
 
+def checkpoint_env(args, rec, nodes):
+    """What cluster_kit.checkpoint reads in the ranks: the job's checkpoint settings, and
+    this chain's failure rate and restart time for `checkpoint_every: auto`."""
+    run_s, failures, restart_s = decide.chain_history(rec["attempts"])
+    env = {"CLUSTERKIT_CHAIN_ID": str(rec["job_id"]),
+           "CLUSTERKIT_MTBF_S": "{:.0f}".format(interval.estimate_mtbf_s(
+               run_s, failures, nodes, args.mtbf_hours or interval.DEFAULT_MTBF_HOURS))}
+    if restart_s is not None:
+        env["CLUSTERKIT_RESTART_S"] = f"{restart_s:.1f}"
+    if args.checkpoint_every:
+        env["CLUSTERKIT_CHECKPOINT_EVERY"] = args.checkpoint_every
+    if args.keep_checkpoints:
+        env["CLUSTERKIT_KEEP_CHECKPOINTS"] = str(args.keep_checkpoints)
+    return env
+
+
 def close_lost_attempts(rec, job_id):
     """An attempt still `running` in the record lost its batch script (Slurm requeued
     the job after a node failure): it ended as a node failure."""
@@ -145,7 +171,34 @@ def close_lost_attempts(rec, job_id):
                            why=f"its batch script was killed (job {job_id} was requeued by Slurm)")
 
 
-# --- one attempt -------------------------------------------------------------------------
+# --- the attempts of this job ---------------------------------------------------------
+class Allocation:
+    """This job's nodes: those an attempt may use, those released to Slurm, the batch host."""
+
+    def __init__(self, job_id, nodelist, batch_host, unusable=()):
+        self.job_id = job_id
+        self.nodes = slurmctl.hostnames(nodelist)
+        self.batch_host = batch_host or (self.nodes[0] if self.nodes else "")
+        self.usable = [n for n in self.nodes if n not in unusable]
+        self.released = []
+
+    def drop(self, nodes):
+        """Train without `nodes` from now on, and hand those Slurm can take back (all but
+        the batch script's own) to it; the nodes released."""
+        gone = [n for n in self.usable if n in nodes]
+        self.usable = [n for n in self.usable if n not in nodes]
+        freed = [n for n in gone if n != self.batch_host]
+        if freed:
+            keep = [n for n in self.nodes if n not in self.released and n not in freed]
+            try:
+                slurmctl.release_nodes(self.job_id, keep)
+            except RuntimeError as exc:
+                say(f"cannot hand {NodeSet.of(freed)} back to Slurm: {exc}")
+                return []
+            self.released += freed
+        return freed
+
+
 def run(args):
     job_id = os.environ.get("SLURM_JOB_ID", "")
     if not job_id:
@@ -161,40 +214,67 @@ def run(args):
         exc = job.get("ExcNodeList", "(null)")
         rec["start_exclude"] = [] if exc in ("", "(null)") else [exc]
     close_lost_attempts(rec, job_id)
+    failed = [n for n in args.preflight_failed.split(",") if n]
+    here = Allocation(job_id, os.environ.get("SLURM_JOB_NODELIST", ""), os.environ.get("SLURMD_NODENAME", ""),
+                      failed)
+    least = args.min_nodes or args.nodes
+    if failed and launch.step_nodes(here.usable, args.nodes, least) is not None:
+        released = here.drop(failed)
+        say("the in-job preflight failed on {}: training without {} ({})".format(
+            ",".join(failed), "it" if len(failed) == 1 else "them",
+            f"released {NodeSet.of(released)}" if released else "kept: the batch script runs there"))
+        failed = []
+    number_here, previous = 0, None
+    while True:
+        plan = launch.step_nodes(here.usable, args.nodes, least) if not failed else None
+        attempt, watched = start_attempt(rec, folder, job_id, job, chain_id, args, here, plan, number_here)
+        if plan is None:
+            say("the in-job preflight failed on {}: training was not started".format(",".join(failed)))
+            code = 1
+            ended, blamed = decide.attempt_end(code, failed_nodes=failed)
+            blamed["evidence"] = "the in-job preflight failed on {} (see its lines above)".format(",".join(failed))
+        else:
+            code, ended, blamed = watch_attempt(watched, args, job_id, job, previous)
+        outcome = settle(rec, attempt, folder, job_id, job, chain_id, watched, code, ended, blamed, here, args)
+        if outcome is not AGAIN:
+            return outcome
+        number_here += 1
+        previous = watched
+
+
+def start_attempt(rec, folder, job_id, job, chain_id, args, here, plan, number_here):
+    """Append the attempt to the record and make its control folder; the attempt and its
+    Attempt (not started)."""
     number = len(rec["attempts"])
-    nodes = os.environ.get("SLURM_JOB_NODELIST", "")
-    attempt = {"attempt": number, "slurm_job_id": job_id, "nodes": nodes, "started_at": round(time.time(), 3),
+    nodes = plan if plan is not None else here.nodes
+    attempt = {"attempt": number, "slurm_job_id": job_id, "nodes": str(NodeSet.of(nodes)),
+               "allocation": os.environ.get("SLURM_JOB_NODELIST", ""), "started_at": round(time.time(), 3),
                "ended": "running", "output": job.get("StdOut", "")}
     rec["attempts"].append(attempt)
     record.save(folder, rec)
-
     control = os.path.join(folder, f"attempt-{number}")
     record.make_private_dir(control)
     checkpoint = args.checkpoint_dir or os.path.join(folder, "checkpoint")
     os.makedirs(checkpoint, mode=0o700, exist_ok=True)
     env = dict(os.environ, CLUSTERKIT_CONTROL_DIR=control, CLUSTERKIT_ATTEMPT=str(number),
-               CLUSTERKIT_CHECKPOINT_DIR=checkpoint)
+               CLUSTERKIT_CHECKPOINT_DIR=checkpoint, MASTER_ADDR=nodes[0] if nodes else "",
+               MASTER_PORT=str(launch.step_port(os.environ.get("MASTER_PORT", "29500"), number_here)))
+    env.update(checkpoint_env(args, rec, len(nodes)))
     env.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
     env.update(nccl_dump_env(control, env))
-    say(f"attempt {number} of job {chain_id} on {nodes} (record: {folder})")
-
-    watched = Attempt(job_id, args.launch, control, env, slurmctl.hostnames(nodes), args.world_size, args.tasks_per_node)
-    failed = [n for n in args.preflight_failed.split(",") if n]
-    if failed:
-        say("the in-job preflight failed on {}: training was not started".format(",".join(failed)))
-        code = 1
-        ended, blamed = decide.attempt_end(code, failed_nodes=failed)
-        blamed["evidence"] = "the in-job preflight failed on {} (see its lines above)".format(",".join(failed))
-    else:
-        code, ended, blamed = watch_attempt(watched, args, job_id, job)
-    return settle(rec, attempt, folder, job_id, job, chain_id, watched, code, ended, blamed)
+    where = f" (allocation {attempt['allocation']})" if here.nodes != nodes else ""
+    say(f"attempt {number} of job {chain_id} on {attempt['nodes']}{where} (record: {folder})")
+    watched = Attempt(job_id, launch.step_argv(args.launch, nodes), control, env, nodes,
+                      len(nodes) * args.tasks_per_node, args.tasks_per_node)
+    return attempt, watched
 
 
-def watch_attempt(watched, args, job_id, job):
+def watch_attempt(watched, args, job_id, job, previous=None):
     """(exit code or None, ended, culprit) of the launch."""
     started = time.time()
-    copier = watched.start()
-    seen = watched.watch(decide.HangClock(args.world_size, args.hang_timeout, started, args.startup_timeout or None))
+    copier = watched.start(previous)
+    seen = watched.watch(decide.HangClock(watched.world_size, args.hang_timeout, started,
+                                          args.startup_timeout or None))
     if seen.why == "signal":
         return signalled(watched, job_id, job)
     copier.join(timeout=10)
@@ -238,10 +318,13 @@ def end_of(watched, code):
                               now=time.time(), node_of_rank=watched.host_of)
 
 
-def settle(rec, attempt, folder, job_id, job, chain_id, watched, code, ended, blamed):
-    """Record how the attempt ended, take the next step, and wait for a launch that a
-    signal left running."""
+def settle(rec, attempt, folder, job_id, job, chain_id, watched, code, ended, blamed, here, args):
+    """Record how the attempt ended and take the next step: AGAIN for a new attempt in
+    this allocation, else the supervisor's exit code once the next job is submitted (or
+    the chain is over), after a launch that a signal left running has ended."""
     attempt.update(ended=ended, ended_at=round(time.time(), 3), exit_code=code)
+    if watched.step:
+        attempt["step"] = watched.step
     blamed = slurm_names(blamed, watched.nodes)
     if blamed:
         attempt["culprit"] = decide.recorded_culprit(blamed)
@@ -253,11 +336,43 @@ def settle(rec, attempt, folder, job_id, job, chain_id, watched, code, ended, bl
         # preemption that does not requeue: the next attempt is a new job
         step = dict(step, action="restart", why="preemption: Slurm does not requeue the job, so the next attempt "
                                                 "is a new one" + step["why"][step["why"].find(" ("):])
+    if restart_here(rec, attempt, step, ended, watched, here, args, folder):
+        return AGAIN
     exit_code = finish_attempt(rec, attempt, step, folder, job_id, chain_id)
     if watched.proc is not None and watched.proc.poll() is None:
         attempt["exit_code"] = watched.wait_launch(TERM_WAIT_S)
         record.save(folder, rec)
     return exit_code
+
+
+def restart_here(rec, attempt, step, ended, watched, here, args, folder):
+    """After a failure, the next attempt in this allocation when it still holds enough
+    nodes without the blamed ones (a spare in place of each): the blamed nodes are
+    handed back to Slurm. False when the next attempt must be a new job."""
+    if step["action"] != "restart" or ended not in record.FAILURES or watched.terminated or watched.grace:
+        return False
+    blamed = [n for n in here.usable if n in step["exclude"]]
+    usable = [n for n in here.usable if n not in blamed and n not in slurmctl.failed_nodes(here.usable)]
+    plan = launch.step_nodes(usable, args.nodes, args.min_nodes or args.nodes)
+    if plan is None:
+        return False
+    lost = [n for n in here.usable if n not in usable]
+    released = here.drop(lost)
+    if lost:
+        attempt.update(excluded=lost, released=released)
+    before = record.excluded_nodes(rec)
+    rec["exclude"] = before + [n for n in lost if n not in before]
+    spares = [n for n in plan if n not in watched.nodes]
+    fewer = f" with {len(plan)} of {args.nodes} nodes" if len(plan) < args.nodes else ""
+    attempt["why"] = "{}; restarted in job {} on {}{}{}".format(
+        step["why"], attempt["slurm_job_id"], NodeSet.of(plan), fewer,
+        f" ({NodeSet.of(spares)} in place of {NodeSet.of(lost)})" if spares else "")
+    record.save(folder, rec)
+    evidence = (attempt.get("culprit") or {}).get("evidence")
+    say("attempt {} ended: {}{}; {}{}".format(attempt["attempt"], ended, f" ({evidence})" if evidence else "",
+                                               attempt["why"],
+                                               f"; {NodeSet.of(released)} handed back to Slurm" if released else ""))
+    return True
 
 
 def finish_attempt(rec, attempt, step, folder, job_id, chain_id):

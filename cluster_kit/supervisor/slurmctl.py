@@ -164,3 +164,9 @@ def kill_steps(job_id, steps):
             slurm(["scancel", "--signal=KILL", f"{job_id}.{step}"])
         except RuntimeError:
             pass  # it ended meanwhile
+
+
+def release_nodes(job_id, keep):
+    """Shrink the running job to the nodes `keep`: the others go back to Slurm (and an
+    admin can take them); the job's steps on `keep` go on."""
+    slurm(["scontrol", "update", f"JobId={job_id}", f"NodeList={NodeSet.of(keep)}"])

@@ -371,7 +371,7 @@ def test_builtin_profiles_validate(tmp_path: Path) -> None:
     assert {f.stem for f in files} >= {"local-dev", "ib-ndr", "roce-v2", "tcp-only"}
     assert validate_files(files, search) == []
     dev = load_profile("local-dev", search).data
-    assert dev["slurm"]["partition"] == "debug" and dev["nodes"] == "n[1-3]"
+    assert dev["slurm"]["partition"] == "debug" and dev["nodes"] == "n[1-4]"
     assert dev["network"]["ib_hca"] == ["mlx5_0:1", "mlx5_1:1"] and dev["expect"]["memlock"] is None
 
 

@@ -16,8 +16,10 @@ from cluster_kit.config.search import SearchPath
 from cluster_kit.config.validators import time_limit_seconds
 
 DEFAULTS = {"max_restarts": 3, "hang_timeout": 300, "startup_timeout": None, "exclude": "blamed",
-            "exclude_on": "node_faults", "grace": 120, "max_time_requeues": 5, "checkpoint_dir": None}
-KEYS = "max_restarts, hang_timeout, startup_timeout, exclude, exclude_on, grace, max_time_requeues, checkpoint_dir"
+            "exclude_on": "node_faults", "grace": 120, "max_time_requeues": 5, "checkpoint_dir": None,
+            "spare_nodes": 0, "min_nodes": None, "checkpoint_every": None, "keep_checkpoints": 3, "mtbf_hours": None}
+KEYS = ("max_restarts, hang_timeout, startup_timeout, exclude, exclude_on, grace, max_time_requeues, checkpoint_dir, "
+        "spare_nodes, min_nodes, checkpoint_every, keep_checkpoints, mtbf_hours")
 
 
 @pytest.fixture
@@ -64,11 +66,12 @@ def test_one_key_turns_it_on_and_the_others_keep_their_defaults(tmp_path: Path, 
 
 def test_every_key_given(tmp_path: Path, search: SearchPath) -> None:
     text = ("resilience:\n  max_restarts: 0\n  hang_timeout: 12.5\n  startup_timeout: 900\n  exclude: blamed\n"
-            "  exclude_on: any_failure\n  grace: 0\n  max_time_requeues: 0\n  checkpoint_dir: /scratch/alice/run1/ckpt\n")
+            "  exclude_on: any_failure\n  grace: 0\n  max_time_requeues: 0\n  checkpoint_dir: /scratch/alice/run1/ckpt\n"
+            "  spare_nodes: 1\n  min_nodes: 1\n  checkpoint_every: 30m\n  keep_checkpoints: 2\n  mtbf_hours: 2000\n")
     assert settings(tmp_path, search, text)["resilience"] == {
         "max_restarts": 0, "hang_timeout": 12.5, "startup_timeout": 900, "exclude": "blamed",
-        "exclude_on": "any_failure", "grace": 0,
-        "max_time_requeues": 0, "checkpoint_dir": "/scratch/alice/run1/ckpt"}
+        "exclude_on": "any_failure", "grace": 0, "max_time_requeues": 0, "checkpoint_dir": "/scratch/alice/run1/ckpt",
+        "spare_nodes": 1, "min_nodes": 1, "checkpoint_every": "30m", "keep_checkpoints": 2, "mtbf_hours": 2000}
 
 
 @pytest.mark.parametrize(("text", "folder"), [
@@ -188,10 +191,32 @@ def test_time_limits_in_seconds(value: Any, seconds: int | None) -> None:
 
 # --------------------------------------------------------------------------- #SBATCH lines
 
-def test_a_supervised_job_gets_the_signal_and_no_kill(tmp_path: Path) -> None:
+def test_a_supervised_job_gets_the_signal_no_kill_and_requeue(tmp_path: Path) -> None:
     lines = sbatch_lines(tmp_path, "resilience: {}\n")
     assert "#SBATCH --signal=B:USR1@120" in lines and "#SBATCH --no-kill" in lines
-    assert not [line for line in lines if "requeue" in line]
+    assert "#SBATCH --requeue" in lines  # the batch script's node failed: Slurm runs the job again
+
+
+def test_spare_nodes_are_asked_for_beside_the_nodes(tmp_path: Path) -> None:
+    assert "#SBATCH --nodes=3" in sbatch_lines(tmp_path, "nodes: 2\nresilience: {spare_nodes: 1}\n")
+    assert "#SBATCH --nodes=2" in sbatch_lines(tmp_path, "nodes: 2\nresilience: {spare_nodes: 0}\n")
+
+
+@pytest.mark.parametrize(("text", "line", "message"), [
+    ("nodes: 2\nresilience:\n  min_nodes: 3\n", 5,
+     "resilience.min_nodes: 3 is more than nodes: 2; fix: give at most 2 (the job trains on `nodes`, with fewer "
+     "only when no spare is left)"),
+    ("resilience:\n  checkpoint_every: 30x\n", 4,
+     "resilience.checkpoint_every: '30x' is not auto, a number of steps (500) or a duration (90s, 30m, 2h)"),
+    ("resilience:\n  checkpoint_every: 0\n", 4, "resilience.checkpoint_every: 0 is not a whole number of steps >= 1;"
+     " give auto, a number of steps (500) or a duration (90s, 30m, 2h)"),
+    ("resilience:\n  spare_nodes: -1\n", 4, "resilience.spare_nodes: -1 is too small; use 0 or more"),
+])
+def test_bad_spares_and_intervals_are_refused_at_their_line(tmp_path: Path, text: str, line: int,
+                                                            message: str) -> None:
+    job = job_file(tmp_path, text)
+    assert validate_files([job], SearchPath.from_environment([], environ={}, cwd=tmp_path, home=tmp_path)) == [
+        f"{job}:{line}: {message}"]
 
 
 def test_grace_sets_the_signals_time_and_zero_sends_none(tmp_path: Path) -> None:
@@ -224,7 +249,7 @@ def test_the_supervisor_signal_wins_over_the_profiles(tmp_path: Path) -> None:
 
 def test_the_options_are_in_the_effective_slurm_extra(tmp_path: Path, search: SearchPath) -> None:
     extra = settings(tmp_path, search, "resilience: {grace: 90}\n")["slurm"]["extra"]
-    assert extra == {"signal": "B:USR1@90", "no-kill": ""}
+    assert extra == {"signal": "B:USR1@90", "no-kill": "", "requeue": ""}
 
 
 # --------------------------------------------------------------------------- schema

@@ -46,8 +46,10 @@ def test_the_script_execs_the_supervisor_with_the_launch_after_the_double_dash(t
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
     line = next(l for l in script.splitlines() if l.startswith("exec "))
     assert line.startswith('exec /opt/venv/bin/python "$clusterkit_supervisor" --bundle "$clusterkit_supervisor" '
-                           '--world-size "$(( SLURM_JOB_NUM_NODES * 4 ))" --tasks-per-node 4 --max-restarts 2 '
-                           '--hang-timeout 60 --exclude never --exclude-on node_faults --grace 120 --max-time-requeues 5 --preflight-failed "${clusterkit_preflight_failed:-}" --script "$0" -- srun ')
+                           '--nodes 2 --tasks-per-node 4 --max-restarts 2 --hang-timeout 60 --exclude never '
+                           '--exclude-on node_faults --grace 120 --max-time-requeues 5 --spare-nodes 0 '
+                           '--keep-checkpoints 3 --preflight-failed "${clusterkit_preflight_failed:-}" --script "$0" '
+                           '-- srun ')
 
 
 def test_a_job_without_resilience_has_no_supervisor(tmp_path: Path) -> None:
@@ -62,7 +64,7 @@ def test_the_zip_app_runs_on_the_stdlib_alone(tmp_path: Path) -> None:
     assert "cluster_kit/supervisor/job.py" in names and "cluster_kit/analysis/culprit.py" in names
     assert not [n for n in names if n.startswith(("cluster_kit/config", "cluster_kit/commands"))]
     # -I: no site-packages and no cwd, so nothing of the installed clusterkit is found
-    done = subprocess.run([sys.executable, "-I", str(app), "--world-size", "4", "--tasks-per-node", "2",
+    done = subprocess.run([sys.executable, "-I", str(app), "--nodes", "2", "--tasks-per-node", "2",
                            "--script", "/dev/null", "--", "true"], capture_output=True, text=True,
                           env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path, check=False)
     assert (done.returncode, done.stderr) == (

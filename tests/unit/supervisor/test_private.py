@@ -32,7 +32,8 @@ def mode(path: Path) -> int:
 
 ARGS = argparse.Namespace(max_restarts=3, hang_timeout=300.0, startup_timeout=0.0, exclude="blamed",
                           exclude_on="node_faults", grace=120,
-                          max_time_requeues=5, checkpoint_dir="")
+                          max_time_requeues=5, checkpoint_dir="", spare_nodes=0, min_nodes=0, checkpoint_every="",
+                          keep_checkpoints=0, mtbf_hours=0.0)
 
 
 # ------------------------------------------------------------------------------ folders
