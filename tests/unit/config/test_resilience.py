@@ -204,12 +204,12 @@ def test_spare_nodes_are_asked_for_beside_the_nodes(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("text", "line", "message"), [
     ("nodes: 2\nresilience:\n  min_nodes: 3\n", 5,
-     "resilience.min_nodes: 3 is more than nodes: 2; fix: give at most 2 (the job trains on `nodes`, with fewer "
-     "only when no spare is left)"),
+     ("resilience.min_nodes: 3 is more than nodes: 2; fix: give at most 2 (the job trains on `nodes`, with fewer "
+     "only when no spare is left)")),
     ("resilience:\n  checkpoint_every: 30x\n", 4,
      "resilience.checkpoint_every: '30x' is not auto, a number of steps (500) or a duration (90s, 30m, 2h)"),
-    ("resilience:\n  checkpoint_every: 0\n", 4, "resilience.checkpoint_every: 0 is not a whole number of steps >= 1;"
-     " give auto, a number of steps (500) or a duration (90s, 30m, 2h)"),
+    ("resilience:\n  checkpoint_every: 0\n", 4, ("resilience.checkpoint_every: 0 is not a whole number of steps >= 1;"
+     " give auto, a number of steps (500) or a duration (90s, 30m, 2h)")),
     ("resilience:\n  spare_nodes: -1\n", 4, "resilience.spare_nodes: -1 is too small; use 0 or more"),
 ])
 def test_bad_spares_and_intervals_are_refused_at_their_line(tmp_path: Path, text: str, line: int,
