@@ -268,7 +268,10 @@ def attempt_rows(chain: Any) -> list[list[str]]:
         blamed = (attempt.get("culprit") or {}).get("evidence") or ""
         excluded = ",".join(map(str, attempt.get("excluded") or ()))
         culprit = "; ".join(part for part in (blamed, f"excluded {excluded}" if excluded else "") if part)
-        rows.append([str(attempt.get("attempt", "?")), str(attempt.get("slurm_job_id")),
+        job = str(attempt.get("step") or attempt.get("slurm_job_id"))  # `123.1`: a step of an allocation
+        released = ",".join(map(str, attempt.get("released") or ()))
+        culprit += f"; released {released}" if released else ""
+        rows.append([str(attempt.get("attempt", "?")), job,
                      str(attempt.get("nodes") or "-"), str(attempt.get("ended")), culprit or "-"])
     return [[printable(cell) for cell in row] for row in rows]
 
@@ -568,7 +571,8 @@ def diagnosis_lines(doc: dict[str, Any]) -> list[str]:
         code = f" (exit code {attempt['exit_code']})" if chain and attempt.get("exit_code") is not None else ""
         found = (f", found after {attempt['detected_after_s']:g} s"
                  if isinstance(attempt.get("detected_after_s"), (int, float)) else "")
-        lines.append(f"attempt {attempt['attempt']} (job {attempt['slurm_job_id']}, nodes "
+        step = f" step {attempt['step']}" if attempt.get("step") else ""
+        lines.append(f"attempt {attempt['attempt']} (job {attempt['slurm_job_id']}{step}, nodes "
                      f"{attempt['nodes'] or '-'}): {attempt['ended']}{code}{found}")
         if attempt.get("explanation"):
             lines.append(f"  {attempt['explanation']}")
@@ -599,6 +603,10 @@ def chain_attempt_lines(attempt: dict[str, Any]) -> list[str]:
             lines += [f"    {line}" for line in [s for s in str(stack).splitlines() if s.strip()][-STACK_LINES:]]
     if attempt.get("excluded"):
         lines.append(f"  excluded from the next attempts: {','.join(map(str, attempt['excluded']))}")
+    if attempt.get("released"):
+        lines.append(f"  handed back to Slurm: {','.join(map(str, attempt['released']))}")
+    if attempt.get("culprit", {}).get("kind") == "program":
+        lines.append("  a program error: no node is blamed for it")
     if attempt.get("why"):
         after = f"; restarted as job {attempt['next_job_id']}" if attempt.get("next_job_id") else ""
         lines.append(f"  then: {attempt['why']}{after}")

@@ -231,6 +231,27 @@ def restart_line(chain: Chain, job_id: str) -> str:
             + again + (f" without {','.join(without)}" if without else ""))
 
 
+IN_PLACE = "; restarted in job "  # how the supervisor's why of an attempt restarted in its allocation goes on
+
+
+def in_place_restarts(chain: Chain, job_id: str) -> list[tuple[int, str]]:
+    """(attempt number, line) for each attempt of `job_id` after which the chain went on
+    in the same allocation: `attempt 0 ended (crash: ...); restarted in job 123 on
+    n[1,3] (n3 in place of n2); n2 handed back to Slurm`."""
+    lines = []
+    for attempt in chain.attempts:
+        why = str(attempt.get("why") or "")
+        if str(attempt.get("slurm_job_id")) != job_id or IN_PLACE not in why:
+            continue
+        evidence = (attempt.get("culprit") or {}).get("evidence")
+        released = attempt.get("released") or []
+        lines.append((int(attempt.get("attempt") or 0),
+                      f"attempt {attempt.get('attempt', '?')} ended ({attempt.get('ended', '?')}"
+                      f"{': ' + evidence if evidence else ''}); {why[why.index(IN_PLACE) + 2:]}"
+                      + (f"; {NodeSet.of(str(n) for n in released)} handed back to Slurm" if released else "")))
+    return lines
+
+
 def excluded_through(chain: Chain, last: dict[str, Any]) -> NodeSet:
     """Every node excluded by the attempts up to `last`, in the order they were blamed."""
     out = NodeSet()

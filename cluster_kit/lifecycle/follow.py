@@ -141,12 +141,32 @@ def wait(runner: Runner, job_id: str, on_status: Callable[[jobs.JobStatus], None
     record = record if record is not None and record.job_id == job_id else None
     launcher = launcher or (record.launcher if record else "srun")
     current = job_id
+    told: set[int] = set()
+
+    def tell_in_place(found: chains.Chain | None) -> None:
+        """Each restart inside the job's allocation, once, as the record shows it."""
+        for number, line in chains.in_place_restarts(found, current) if found is not None else ():
+            if number not in told and on_restart is not None:
+                told.add(number)
+                on_restart(line)
+
+    def watching(status: jobs.JobStatus) -> None:
+        nonlocal chain
+        if on_status is not None:
+            on_status(status)
+        if on_restart is not None and status.phase == "running" and (chain is not None or supervised):
+            chain = (chains.read_chain(runner, chain.folder) if chain is not None
+                     else chains.find_chain(runner, record if current == job_id and record else current)) or chain
+            tell_in_place(chain)
+
+    supervised = record is not None and record.supervised
     while True:
-        jobs.wait(runner, current, poll=poll, on_status=on_status, cancel_never_start=cancel_never_start,
+        jobs.wait(runner, current, poll=poll, on_status=watching, cancel_never_start=cancel_never_start,
                   sleep=sleep)
         status = jobs.job_status(runner, current)
         result = job_outcome(runner, status, launcher)
         chain = settled_chain(runner, chain, record if current == job_id else None, status, sleep)
+        tell_in_place(chain)
         following = chain.after(current) if chain is not None else None
         if chain is None or following is None:
             break

@@ -309,9 +309,12 @@ def end_of(watched, code):
     crash = first_task = None
     down = []
     if code != 0 and not watched.grace:
+        failed = watched.failed_nodes(time.time())  # with Slurm's state and reason
+        if failed is not None:
+            return "node_failure", failed
         verdict = outcome.parse_job_output("\n".join(watched.lines))
         first_task = verdict.first_failure
-        down = list(verdict.failed_nodes) or slurmctl.failed_nodes(watched.nodes)
+        down = list(verdict.failed_nodes)
         crash = culprits.first_failure(rank_files.read_exceptions(watched.control),
                                        rank_files.read_failure_files(watched.control), watched.world_size)
     return decide.attempt_end(code, grace=watched.grace, crash=crash, first_task=first_task, failed_nodes=down,
@@ -380,7 +383,9 @@ def finish_attempt(rec, attempt, step, folder, job_id, chain_id):
     if step["action"] == "requeued":
         pass  # the same job runs again: nothing to submit, and the chain goes on
     elif step["action"] == "restart":
-        attempt["excluded"] = [n for n in step["exclude"] if n not in record.excluded_nodes(rec)]
+        added = [n for n in step["exclude"] if n not in record.excluded_nodes(rec)]
+        if added:
+            attempt["excluded"] = added
         rec["exclude"] = step["exclude"]
         try:
             exclude = list(rec.get("start_exclude") or []) + step["exclude"]
