@@ -40,6 +40,7 @@ class Chain:
     attempts: tuple[dict[str, Any], ...]
     final: dict[str, Any] | None  # {"ended", "exit_code", "why"} once the chain is over
     resilience: dict[str, Any]
+    standby: dict[str, Any] | None = None  # {"job_id", "after"}: goes on if job `after` dies with its script
 
     @property
     def path(self) -> str:
@@ -62,6 +63,9 @@ class Chain:
         attempt = self.attempt_of(job_id)
         if attempt is not None and attempt.get("next_job_id"):
             return str(attempt["next_job_id"])
+        if attempt is not None and attempt.get("ended") == "running" and self.standby \
+                and str(self.standby.get("after")) == job_id:
+            return str(self.standby.get("job_id"))  # the batch script died: the standby job takes over
         if attempt is not None and attempt.get("ended") == "preempted" and self.final is None:
             return job_id  # Slurm requeued it: the chain goes on as the same job
         return None
@@ -100,7 +104,8 @@ def parse_chain(text: str, folder: str) -> Chain | None:
                      if isinstance(a, dict))
     final = data["final"] if isinstance(data.get("final"), dict) else None
     resilience = data["resilience"] if isinstance(data.get("resilience"), dict) else {}
-    return Chain(folder, str(data.get("job_id") or ""), attempts, final, dict(resilience))
+    standby = data["standby"] if isinstance(data.get("standby"), dict) else None
+    return Chain(folder, str(data.get("job_id") or ""), attempts, final, dict(resilience), standby)
 
 
 def read_chain(runner: Runner, folder: str) -> Chain | None:
@@ -223,6 +228,8 @@ def restart_line(chain: Chain, job_id: str) -> str:
     attempt = chain.attempt_of(job_id) or {}
     evidence = (attempt.get("culprit") or {}).get("evidence")
     ended = attempt.get("ended", "?")
+    if ended == "running":  # its supervisor could not say: it died with its batch script
+        ended = "its batch script died"
     following = chain.after(job_id)
     again = "Slurm requeued it as the same job" if following == job_id else f"restarted as job {following}"
     without = excluded_through(chain, attempt)

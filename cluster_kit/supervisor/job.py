@@ -92,8 +92,10 @@ def open_chain(job_id, job, comment, args):
 
 
 def lists_job(rec, job_id):
-    """Whether the record names `job_id` as one of its attempts or as the one submitted next."""
-    return any(job_id in (str(a.get("slurm_job_id")), str(a.get("next_job_id"))) for a in rec["attempts"])
+    """Whether the record names `job_id` as one of its attempts, as the one submitted next,
+    or as the standby job."""
+    return (any(job_id in (str(a.get("slurm_job_id")), str(a.get("next_job_id"))) for a in rec["attempts"])
+            or str((rec.get("standby") or {}).get("job_id")) == job_id)
 
 
 def keep_script(folder, rec, script_path):
@@ -163,40 +165,79 @@ def checkpoint_env(args, rec, nodes):
 
 
 def close_lost_attempts(rec, job_id):
-    """An attempt still `running` in the record lost its batch script (Slurm requeued
-    the job after a node failure): it ended as a node failure."""
+    """An attempt still `running` in the record lost its batch script: the node of the
+    batch script failed (this is the standby job, or Slurm requeued the job). It ended as
+    a node failure of the nodes Slurm says failed."""
     for attempt in rec["attempts"]:
-        if attempt.get("ended") == "running":
-            attempt.update(ended="node_failure", ended_at=round(time.time(), 3),
-                           why=f"its batch script was killed (job {job_id} was requeued by Slurm)")
+        if attempt.get("ended") != "running":
+            continue
+        nodes = slurmctl.hostnames(attempt.get("allocation") or attempt.get("nodes") or "")
+        down = slurmctl.failed_nodes(nodes)
+        attempt.update(ended="node_failure", ended_at=round(time.time(), 3),
+                       why=f"its batch script was killed (job {job_id} took over)")
+        if down:
+            attempt["culprit"] = decide.recorded_culprit(decide.culprit_of(
+                [], down, "Slurm reports node {} failed; the batch script ran on {}".format(
+                    ",".join(down), attempt.get("batch_host") or "?")))
+            attempt["excluded"] = [n for n in down if n not in record.excluded_nodes(rec)]
+            rec["exclude"] = record.excluded_nodes(rec) + attempt["excluded"]
+
+
+def keep_standby(rec, folder, job_id, chain_id):
+    """A job that goes on with the chain only if this one dies with its batch script (its
+    node failed: with --no-kill Slurm does not requeue the job then, it fails it):
+    `--dependency=afternotok` on this job. Every end the supervisor sees cancels it."""
+    standby = rec.get("standby") or {}
+    if standby.get("after") == job_id:
+        return  # this job runs again (Slurm requeued it): its standby still waits
+    try:
+        exclude = list(rec.get("start_exclude") or []) + record.excluded_nodes(rec)
+        comment = slurmctl.user_comment(slurmctl.job_comment(job_id))
+        rec["standby"] = {"job_id": slurmctl.submit_next(kept_script(folder, rec), job_id, chain_id, exclude,
+                                                          comment, after="afternotok"), "after": job_id}
+    except (RuntimeError, private.Untrusted) as exc:
+        say(f"no standby job (the chain ends if the batch script's node fails): {exc}")
+        rec["standby"] = None
+
+
+def drop_standby(rec, job_id):
+    """Cancel this job's standby: the supervisor saw the attempt end and took the next step."""
+    standby = rec.get("standby") or {}
+    if standby.get("after") != job_id:
+        return
+    try:
+        slurmctl.cancel(str(standby["job_id"]))
+    except RuntimeError as exc:
+        say(f"cannot cancel the standby job {standby['job_id']}: {exc}")
+    rec["standby"] = None
 
 
 # --- the attempts of this job ---------------------------------------------------------
 class Allocation:
     """This job's nodes: those an attempt may use, those released to Slurm, the batch host."""
 
-    def __init__(self, job_id, nodelist, batch_host, unusable=()):
+    def __init__(self, job_id, nodelist, batch_host, unusable=(), folder="."):
         self.job_id = job_id
         self.nodes = slurmctl.hostnames(nodelist)
         self.batch_host = batch_host or (self.nodes[0] if self.nodes else "")
         self.usable = [n for n in self.nodes if n not in unusable]
         self.released = []
+        self.folder = folder  # scontrol's resize files go there, not into the job's folder
 
     def drop(self, nodes):
         """Train without `nodes` from now on, and hand those Slurm can take back (all but
         the batch script's own) to it; the nodes released."""
-        gone = [n for n in self.usable if n in nodes]
         self.usable = [n for n in self.usable if n not in nodes]
-        freed = [n for n in gone if n != self.batch_host]
-        if freed:
-            keep = [n for n in self.nodes if n not in self.released and n not in freed]
-            try:
-                slurmctl.release_nodes(self.job_id, keep)
-            except RuntimeError as exc:
-                say(f"cannot hand {NodeSet.of(freed)} back to Slurm: {exc}")
-                return []
-            self.released += freed
-        return freed
+        freed = [n for n in nodes if n != self.batch_host and n not in self.released]
+        if not freed:
+            return []
+        try:
+            released = slurmctl.release_nodes(self.job_id, freed, self.folder)
+        except RuntimeError as exc:
+            say(f"cannot hand {NodeSet.of(freed)} back to Slurm: {exc}")
+            return []
+        self.released += released
+        return released
 
 
 def run(args):
@@ -214,9 +255,20 @@ def run(args):
         exc = job.get("ExcNodeList", "(null)")
         rec["start_exclude"] = [] if exc in ("", "(null)") else [exc]
     close_lost_attempts(rec, job_id)
+    keep_standby(rec, folder, job_id, chain_id)
+    try:
+        return run_attempts(args, job_id, job, chain_id, folder, rec)
+    except Exception:
+        drop_standby(rec, job_id)  # a supervisor that fails must not be taken over, again and again
+        record.save(folder, rec)
+        raise
+
+
+def run_attempts(args, job_id, job, chain_id, folder, rec):
+    """The attempts of this job, in its allocation, until one is not restarted in it."""
     failed = [n for n in args.preflight_failed.split(",") if n]
     here = Allocation(job_id, os.environ.get("SLURM_JOB_NODELIST", ""), os.environ.get("SLURMD_NODENAME", ""),
-                      failed)
+                      failed, folder)
     least = args.min_nodes or args.nodes
     if failed and launch.step_nodes(here.usable, args.nodes, least) is not None:
         released = here.drop(failed)
@@ -248,7 +300,8 @@ def start_attempt(rec, folder, job_id, job, chain_id, args, here, plan, number_h
     number = len(rec["attempts"])
     nodes = plan if plan is not None else here.nodes
     attempt = {"attempt": number, "slurm_job_id": job_id, "nodes": str(NodeSet.of(nodes)),
-               "allocation": os.environ.get("SLURM_JOB_NODELIST", ""), "started_at": round(time.time(), 3),
+               "allocation": os.environ.get("SLURM_JOB_NODELIST", ""), "batch_host": here.batch_host,
+               "started_at": round(time.time(), 3),
                "ended": "running", "output": job.get("StdOut", "")}
     rec["attempts"].append(attempt)
     record.save(folder, rec)
@@ -380,6 +433,8 @@ def restart_here(rec, attempt, step, ended, watched, here, args, folder):
 
 def finish_attempt(rec, attempt, step, folder, job_id, chain_id):
     attempt["why"] = step["why"]
+    if step["action"] != "requeued":
+        drop_standby(rec, job_id)
     if step["action"] == "requeued":
         pass  # the same job runs again: nothing to submit, and the chain goes on
     elif step["action"] == "restart":

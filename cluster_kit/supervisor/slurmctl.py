@@ -5,6 +5,7 @@ from the allocation, the script from the record folder after its digest matched.
 """
 import os
 import subprocess
+import time
 
 from cluster_kit.hostlist import NodeSet
 
@@ -16,11 +17,11 @@ CHAIN_COMMENT = "clusterkit-chain="
 BAD_STATES = ("down", "drain", "fail", "not_responding", "no_respond", "power_down", "powered_down")
 
 
-def slurm(argv, env=None, stdin=None):
+def slurm(argv, env=None, stdin=None, cwd=None):
     """stdout of a Slurm command; raises RuntimeError with its stderr."""
     try:
         done = subprocess.run(argv, input=stdin, capture_output=True, timeout=SLURM_TIMEOUT_S, env=env,
-                              check=False)
+                              check=False, cwd=cwd)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise RuntimeError(f"{argv[0]}: {exc}")
     out, err = (done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace"))
@@ -105,11 +106,12 @@ def partition_nodes(job):
         return []
 
 
-def submit_next(script, job_id, chain_id, exclude, comment=""):
+def submit_next(script, job_id, chain_id, exclude, comment="", after="afterany"):
     """sbatch the next attempt (`script`: the bytes of the verified copy, on stdin), to
-    start once this job ended; its job id."""
+    start once this job ended (`after`: afterany, or afternotok for the standby job that
+    goes on only when this one dies unexpectedly); its job id."""
     # append: an output path without %j is every attempt's, and sbatch would truncate it
-    argv = ["sbatch", "--parsable", f"--dependency=afterany:{job_id}", "--kill-on-invalid-dep=yes",
+    argv = ["sbatch", "--parsable", f"--dependency={after}:{job_id}", "--kill-on-invalid-dep=yes",
             "--open-mode=append", "--comment=" + ";".join(filter(None, [CHAIN_COMMENT + chain_id, comment]))]
     if exclude:
         argv.append(f"--exclude={NodeSet.of(exclude)}")
@@ -166,7 +168,24 @@ def kill_steps(job_id, steps):
             pass  # it ended meanwhile
 
 
-def release_nodes(job_id, keep):
-    """Shrink the running job to the nodes `keep`: the others go back to Slurm (and an
-    admin can take them); the job's steps on `keep` go on."""
-    slurm(["scontrol", "update", f"JobId={job_id}", f"NodeList={NodeSet.of(keep)}"])
+RELEASE_TRIES = 3  # right after a node failure Slurm may answer "try again in a bit"
+
+
+def release_nodes(job_id, nodes, cwd):
+    """Shrink the running job by `nodes`: they go back to Slurm (and an admin can take
+    them); its steps on the others go on. A node Slurm already took out of the job (it
+    does so itself with a failed one) counts as released. The nodes released.
+    `cwd`: where scontrol writes its slurm_job_<id>_resize.* files."""
+    for attempt in range(RELEASE_TRIES):
+        now = hostnames(show_job(job_id).get("NodeList", ""))
+        keep = [n for n in now if n not in nodes]
+        if len(keep) == len(now):
+            return list(nodes)
+        try:
+            slurm(["scontrol", "update", f"JobId={job_id}", f"NodeList={NodeSet.of(keep)}"], cwd=cwd)
+            return list(nodes)
+        except RuntimeError:
+            if attempt == RELEASE_TRIES - 1:
+                raise
+            time.sleep(2)
+    return []
