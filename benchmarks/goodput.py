@@ -1,28 +1,41 @@
-"""Goodput of a job that keeps training: three planted faults against the same run without.
+"""Goodput of jobs that keep training: what each fault costs, and what changes it.
 
     scripts/dev-cluster up
-    .venv/bin/python benchmarks/goodput.py [--steps 120] [--step-seconds 0.25] [--json]
+    .venv/bin/python benchmarks/goodput.py restart  [--steps 120] [--step-seconds 0.25] [--json]
+    .venv/bin/python benchmarks/goodput.py interval [--steps 240] [--step-seconds 0.25] [--json]
 
-Both runs are examples/train_resilient.py as a 2-node x 2-rank gloo job with
-`resilience:` on the dev cluster's real Slurm (profile local-dev, nodes n1-n3),
-submitted with `clusterkit submit`. The faulted run gets, one per attempt:
+Every run is examples/train_resilient.py as a 2-node x 2-rank gloo job with
+`resilience:` on the dev cluster's real Slurm (profile local-dev, n1-n4), submitted
+with `clusterkit submit`; the clean run is the same training without a fault.
 
+`restart`: restarts as a new linked job against restarts inside the allocation,
+on a busy partition. Another user keeps a 3-node exclusive job waiting (Resources)
+the whole time, as the normal state of a real cluster. Three faults per run:
 1. attempt 0: rank 3 hangs in its data loader at 1/4 of the steps (hang_timeout 20 s);
-2. attempt 1: rank 0 raises at 1/2 of the steps;
-3. attempt 2: its second node dies after 1/8 of the steps in that attempt
-   (`scripts/dev-cluster fail`, healed once the run is over).
+2. attempt 1: once it trained 1/8 of the steps, its second node fails
+   (`scripts/dev-cluster fail`, healed when the run is over);
+3. attempt 2: rank 0 raises at 3/4 of the steps (a program error: restarted in
+   place either way).
+`linked` runs without spares, so its restarts after the node faults wait in the
+queue behind the waiting job; `in-allocation` asks for `spare_nodes: 2` and goes on
+on a spare each time.
 
-Printed: each run's wall time (submit to the end of its last attempt) and attempts;
-per fault, the time to detect it (hang: from the last step to the culprit named;
-crash: from the exception file to the attempt's end; node: from the failure to the
-attempt's end), the gap to the next attempt's start (Slurm starting the linked job
-and the batch script) and the steps trained again (reached minus resumed); and the
-goodput: the clean run's wall time over the faulted run's.
+`interval`: `checkpoint_every` fixed against `auto`, with the same faults planted at
+a fixed rate (a rank killed by a segmentation fault every `--fault-every` steps;
+`exclude: never` so every restart is in place), and a model big enough that a save
+costs something (`--width`, `--layers`). `mtbf_hours` is set to the planted rate, as
+a fleet's failure rate would be.
+
+Printed per run: wall time (submit to the end of its last attempt), attempts, and
+per fault the time to detect it (hang: from the last step to the culprit named;
+crash: from the exception or fault file to the attempt's end; node: from the failure
+to the attempt's end), the time from the attempt's end to the next attempt's start,
+and the steps trained again (reached minus resumed); then each run's goodput: the
+clean run's wall time over its own.
 """
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import re
 import shutil
@@ -30,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,17 +53,18 @@ ROOT = Path(__file__).resolve().parent.parent
 CLUSTERKIT = str(Path(sys.executable).with_name("clusterkit"))
 DEV_CLUSTER = str(ROOT / "scripts" / "dev-cluster")
 HANG_TIMEOUT_S = 20
-CHAIN_TIMEOUT_S = 900
+CHAIN_TIMEOUT_S = 1500
 
 
-def write_job(folder: Path, name: str, args: argparse.Namespace, plants: list[str]) -> Path:
-    job = {"name": name, "profile": "local-dev", "nodes": 2, "gpus_per_node": 2, "time": "00:15:00",
+def write_job(folder: Path, name: str, args: argparse.Namespace, plants: list[str], resilience: dict[str, Any],
+              extra_args: list[str] = ()) -> Path:
+    job = {"name": name, "profile": "local-dev", "nodes": 2, "gpus_per_node": 2, "time": "00:30:00",
            "script": str(ROOT / "examples" / "train_resilient.py"),
-           "args": ["--steps", str(args.steps), "--step-seconds", str(args.step_seconds),
-                    "--checkpoint-every", "5", *[a for p in plants for a in ("--plant", p)]],
+           "args": ["--steps", str(args.steps), "--step-seconds", str(args.step_seconds), *extra_args,
+                    *[a for p in plants for a in ("--plant", p)]],
            "output": f"{folder}/%x-%j.out", "env": {"OMP_NUM_THREADS": "1"}, "preflight": False,
-           "resilience": {"hang_timeout": HANG_TIMEOUT_S, "max_restarts": 3,
-                          "checkpoint_dir": str(folder / f"{name}.ckpt")}}
+           "resilience": {"hang_timeout": HANG_TIMEOUT_S, "max_restarts": 5,
+                          "checkpoint_dir": str(folder / f"{name}.ckpt"), **resilience}}
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(job))
     return path
@@ -80,7 +95,7 @@ def max_steps(folder: Path, job_id: str, attempt: int) -> int:
 
 
 def run_chain(folder: Path, job_id: str, fail_at: int | None = None) -> tuple[dict[str, Any], float | None]:
-    """Wait for the chain's end; with `fail_at`, fail attempt 2's second node once it
+    """Wait for the chain's end; with `fail_at`, fail attempt 1's second node once it
     trained that many steps. The record and when the node was failed."""
     failed_at, victim = None, None
     deadline = time.monotonic() + CHAIN_TIMEOUT_S
@@ -90,9 +105,9 @@ def run_chain(folder: Path, job_id: str, fail_at: int | None = None) -> tuple[di
             if record and record.get("final"):
                 return record, failed_at
             attempts = (record or {}).get("attempts", [])
-            if (fail_at is not None and victim is None and len(attempts) == 3
-                    and attempts[2]["ended"] == "running" and max_steps(folder, job_id, 2) >= fail_at):
-                victim = hostnames(attempts[2]["nodes"])[1]
+            if (fail_at is not None and victim is None and len(attempts) == 2
+                    and attempts[1]["ended"] == "running" and max_steps(folder, job_id, 1) >= fail_at):
+                victim = hostnames(attempts[1]["nodes"])[1]
                 subprocess.run([DEV_CLUSTER, "fail", victim], check=True, capture_output=True, timeout=60)
                 failed_at = time.time()
             time.sleep(0.5)
@@ -108,79 +123,135 @@ def hostnames(nodelist: str) -> list[str]:
 
 
 def resumed_step(attempt: dict[str, Any]) -> int:
-    match = re.search(r"rank 0: attempt \d+ starts at step (\d+)", Path(attempt["output"]).read_text())
-    return int(match.group(1)) if match else 0
+    found = re.search(rf"rank 0: attempt {attempt['attempt']} starts at step (\d+)", Path(attempt["output"]).read_text())
+    return int(found.group(1)) if found else 0
 
 
 def fault_rows(folder: Path, job_id: str, record: dict[str, Any], failed_at: float | None) -> list[dict[str, Any]]:
     rows = []
     attempts = record["attempts"]
-    for this, after in itertools.pairwise(attempts):
+    for index in range(1, len(attempts)):
+        this, after = attempts[index - 1], attempts[index]
+        control = folder / f"clusterkit-{job_id}" / f"attempt-{this['attempt']}"
+        files = [p for kind in ("exceptions", "faults") for p in (control / kind).glob("*.txt") if p.stat().st_size]
         if this["ended"] == "hang":
-            detect = this["detected_after_s"]
-        elif this["ended"] == "crash":
-            raised = min(p.stat().st_mtime for p in
-                         (folder / f"clusterkit-{job_id}" / f"attempt-{this['attempt']}" / "exceptions").glob("*"))
-            detect = this["ended_at"] - raised
+            detect = this.get("detected_after_s")
+        elif this["ended"] == "crash" and files:
+            detect = this["ended_at"] - min(p.stat().st_mtime for p in files)
+        elif this["ended"] == "node_failure" and failed_at:
+            detect = this["ended_at"] - failed_at
         else:
-            detect = this["ended_at"] - failed_at if failed_at else None
+            detect = None
         rows.append({"attempt": this["attempt"], "ended": this["ended"],
                      "culprit": (this.get("culprit") or {}).get("evidence", ""),
                      "detect_s": round(detect, 1) if detect is not None else None,
-                     "restart_gap_s": round(after["started_at"] - this["ended_at"], 1),
-                     "steps_redone": resumed_step(this) + max_steps(folder, job_id, this["attempt"])
-                     - resumed_step(after),
+                     "restart_s": round(after["started_at"] - this["ended_at"], 1),
+                     "steps_redone": max(0, resumed_step(this) + max_steps(folder, job_id, this["attempt"])
+                                         - resumed_step(after)),
+                     "same_job": after["slurm_job_id"] == this["slurm_job_id"],
                      "nodes": this["nodes"], "next_nodes": after["nodes"]})
     return rows
 
 
+@contextmanager
+def busy_partition() -> Any:
+    """Another user's 3-node exclusive job waiting for nodes the whole time: whenever the
+    waiting one starts, the next is submitted."""
+    stop = Path(tempfile.mkdtemp(prefix="ck-busy-")) / "stop"
+    loop = subprocess.Popen(["bash", "-c", f"""
+        while [ ! -e {stop} ]; do
+            if [ -z "$(squeue -h -n ck-busy -t PD -o %i)" ]; then
+                sbatch -N3 --exclusive -J ck-busy -o /dev/null --wrap 'sleep 45' >/dev/null
+            fi
+            sleep 1
+        done"""])
+    try:
+        time.sleep(3)
+        yield
+    finally:
+        stop.touch()
+        loop.wait(timeout=30)
+        subprocess.run(["scancel", "-n", "ck-busy"], check=False)
+
+
+def run(folder: Path, name: str, args: argparse.Namespace, plants: list[str], resilience: dict[str, Any],
+        extra: list[str] = (), fail_at: int | None = None) -> dict[str, Any]:
+    job_id, began = submit(write_job(folder, name, args, plants, resilience, list(extra)))
+    record, failed_at = run_chain(folder, job_id, fail_at)
+    return {"job_id": job_id, "wall_s": round(record["attempts"][-1]["ended_at"] - began, 1),
+            "attempts": len(record["attempts"]), "final": record["final"],
+            "faults": fault_rows(folder, job_id, record, failed_at) if plants or fail_at else [],
+            "checkpoints": next((a["checkpoints"] for a in reversed(record["attempts"]) if a.get("checkpoints")), [])}
+
+
+def compare_restarts(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
+    quarter = args.steps // 4
+    plants = [f"0:hang:3:{quarter}", f"2:raise:0:{3 * quarter}"]
+    result = {"clean": run(folder, "ck-goodput-clean", args, [], {})}
+    with busy_partition():
+        result["linked"] = run(folder, "ck-goodput-linked", args, plants, {}, fail_at=quarter // 2)
+        result["in-allocation"] = run(folder, "ck-goodput-spares", args, plants, {"spare_nodes": 2},
+                                      fail_at=quarter // 2)
+    return result
+
+
+def compare_intervals(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
+    every = args.fault_every
+    plants = [f"{k}:segv:3:{every * (k + 1)}" for k in range(args.steps // every - 1)]
+    model = ["--width", str(args.width), "--layers", str(args.layers)]
+    rate_s = every * (args.step_seconds + args.measured_step_s)
+    base = {"exclude": "never", "mtbf_hours": round(rate_s * 2 / 3600, 4)}
+    result = {"clean": run(folder, "ck-goodput-clean", args, [], {}, model)}
+    result["fixed"] = run(folder, "ck-goodput-fixed", args, plants, {**base, "checkpoint_every": args.fixed_every},
+                          model + ["--checkpoint-every", str(args.fixed_every)])
+    result["auto"] = run(folder, "ck-goodput-auto", args, plants, {**base, "checkpoint_every": "auto"},
+                         model + ["--checkpoint-every", "auto"])
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=120)
+    parser.add_argument("comparison", choices=("restart", "interval"))
+    parser.add_argument("--steps", type=int, default=0, help="default: 120 (restart), 240 (interval)")
     parser.add_argument("--step-seconds", type=float, default=0.25)
+    parser.add_argument("--fault-every", type=int, default=60, help="interval: steps between planted faults")
+    parser.add_argument("--fixed-every", type=int, default=50, help="interval: the fixed run's checkpoint_every")
+    parser.add_argument("--width", type=int, default=1024, help="interval: the model's width")
+    parser.add_argument("--layers", type=int, default=8, help="interval: the model's hidden layers")
+    parser.add_argument("--measured-step-s", type=float, default=0.05,
+                        help="interval: compute per step beside --step-seconds, for mtbf_hours")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    args.steps = args.steps or (120 if args.comparison == "restart" else 240)
     folder = Path(tempfile.mkdtemp(prefix="ck-goodput-", dir="/tmp"))
     folder.chmod(0o777)
     try:
-        clean_id, clean_began = submit(write_job(folder, "ck-goodput-clean", args, []))
-        clean, _ = run_chain(folder, clean_id)
-        quarter = args.steps // 4
-        faulted_id, faulted_began = submit(write_job(folder, "ck-goodput-faults", args,
-                                                     [f"0:hang:3:{quarter}", f"1:raise:0:{2 * quarter}"]))
-        faulted, failed_at = run_chain(folder, faulted_id, fail_at=quarter // 2)
-        result = {
-            "steps": args.steps, "step_seconds": args.step_seconds, "hang_timeout_s": HANG_TIMEOUT_S,
-            "clean": {"job_id": clean_id, "wall_s": round(clean["attempts"][-1]["ended_at"] - clean_began, 1),
-                      "attempts": len(clean["attempts"]), "final": clean["final"]},
-            "faulted": {"job_id": faulted_id,
-                        "wall_s": round(faulted["attempts"][-1]["ended_at"] - faulted_began, 1),
-                        "attempts": len(faulted["attempts"]), "final": faulted["final"]},
-            "faults": fault_rows(folder, faulted_id, faulted, failed_at),
-        }
-        result["goodput"] = round(result["clean"]["wall_s"] / result["faulted"]["wall_s"], 3)
+        runs = (compare_restarts if args.comparison == "restart" else compare_intervals)(folder, args)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    if args.json:
-        print(json.dumps(result, indent=1))
-    else:
-        print_table(result)
-    ok = result["faulted"]["final"]["exit_code"] == 0 and len(result["faults"]) == 3
-    return 0 if ok else 1
+    result = {"comparison": args.comparison, "steps": args.steps, "step_seconds": args.step_seconds,
+              "hang_timeout_s": HANG_TIMEOUT_S, "runs": runs}
+    for run_result in runs.values():
+        run_result["goodput"] = round(runs["clean"]["wall_s"] / run_result["wall_s"], 3)
+    print(json.dumps(result, indent=1) if args.json else "\n".join(table(result)))
+    return 0 if all(r["final"]["exit_code"] == 0 for r in runs.values()) else 1
 
 
-def print_table(result: dict[str, Any]) -> None:
-    print(f"{result['steps']} steps of {result['step_seconds']} s + compute, hang_timeout {result['hang_timeout_s']} s")
-    for run in ("clean", "faulted"):
-        r = result[run]
-        print(f"{run:8} job {r['job_id']:>5}  wall {r['wall_s']:7.1f} s  attempts {r['attempts']}  "
-              f"ended {r['final']['ended']} (exit {r['final']['exit_code']})")
-    print(f"{'fault':14} {'detect s':>9} {'restart gap s':>14} {'steps redone':>13}  nodes -> next")
-    for row in result["faults"]:
-        detect = "-" if row["detect_s"] is None else f"{row['detect_s']:.1f}"
-        print(f"{row['ended']:14} {detect:>9} {row['restart_gap_s']:14.1f} {row['steps_redone']:13d}  "
-              f"{row['nodes']} -> {row['next_nodes']}")
-    print(f"goodput (clean wall / faulted wall): {result['goodput']:.3f}")
+def table(result: dict[str, Any]) -> list[str]:
+    lines = [(f"{result['comparison']}: {result['steps']} steps of {result['step_seconds']} s + compute, "
+             f"hang_timeout {result['hang_timeout_s']} s")]
+    for name, run_result in result["runs"].items():
+        lines.append(f"{name:14} job {run_result['job_id']:>5}  wall {run_result['wall_s']:7.1f} s  attempts "
+                     f"{run_result['attempts']}  goodput {run_result['goodput']:.3f}  "
+                     f"ended {run_result['final']['ended']} (exit {run_result['final']['exit_code']})")
+        for line in run_result["checkpoints"][:1]:
+            lines.append(f"{'':14} {line}")
+        for row in run_result["faults"]:
+            detect = "-" if row["detect_s"] is None else f"{row['detect_s']:.1f} s"
+            where = "same job" if row["same_job"] else "new job"
+            lines.append(f"{'':14} {row['ended']:12} detect {detect:>7}  restart {row['restart_s']:6.1f} s "
+                         f"({where})  steps redone {row['steps_redone']:3d}  {row['nodes']} -> {row['next_nodes']}")
+    return lines
 
 
 if __name__ == "__main__":

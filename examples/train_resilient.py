@@ -43,6 +43,9 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=40, help="training steps in all")
     parser.add_argument("--step-seconds", type=float, default=0.0, help="extra time each step takes")
+    parser.add_argument("--width", type=int, default=64, help="hidden width")
+    parser.add_argument("--layers", type=int, default=0,
+                        help="more hidden layers of --width (a bigger model costs more to checkpoint)")
     parser.add_argument("--checkpoint-every", default=os.environ.get("CLUSTERKIT_CHECKPOINT_EVERY", "5"),
                         help="steps between checkpoints, a duration (30m) or auto")
     parser.add_argument("--weights-out", default="", help="rank 0 writes the final weights here (torch.save)")
@@ -96,7 +99,8 @@ def main() -> int:
     rank = dist.get_rank()
     attempt = int(os.environ.get("CLUSTERKIT_ATTEMPT", "0"))
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(32, 64), nn.Tanh(), nn.Linear(64, 1))
+    hidden = [layer for _ in range(args.layers) for layer in (nn.Linear(args.width, args.width), nn.Tanh())]
+    model = nn.Sequential(nn.Linear(32, args.width), nn.Tanh(), *hidden, nn.Linear(args.width, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     saver = checkpoint.configure(os.environ.get("CLUSTERKIT_CHECKPOINT_DIR", "checkpoints"),
                                  every=args.checkpoint_every)

@@ -311,6 +311,9 @@ def status(app: App, job_id: str, profile_ref: str | None, as_json: bool) -> Non
     if chain is not None:
         click.echo(format_table(["ATTEMPT", "JOB", "NODES", "ENDED", "CULPRIT"], attempt_rows(chain)))
         click.echo(printable(chains.progress(chain)))
+        saved = next((a["checkpoints"] for a in reversed(chain.attempts) if a.get("checkpoints")), [])
+        for line in saved:  # the interval and why, the last save, anything set aside
+            click.echo(printable(str(line)))
 
 
 def sweep_values(runner: Any, job_id: str) -> dict[str, dict[str, Any]]:
@@ -605,6 +608,7 @@ def chain_attempt_lines(attempt: dict[str, Any]) -> list[str]:
         lines.append(f"  excluded from the next attempts: {','.join(map(str, attempt['excluded']))}")
     if attempt.get("released"):
         lines.append(f"  handed back to Slurm: {','.join(map(str, attempt['released']))}")
+    lines += [f"  {line}" for line in attempt.get("checkpoints") or ()]
     if attempt.get("culprit", {}).get("kind") == "program":
         lines.append("  a program error: no node is blamed for it")
     if attempt.get("why"):

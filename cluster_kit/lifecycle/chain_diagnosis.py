@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 FINAL_STATES = {"completed": "COMPLETED", "cancelled": "CANCELLED", "time_limit": "TIMEOUT",
                 "preempted": "PREEMPTED", "node_failure": "NODE_FAIL"}
 ATTEMPT_KEYS = ("attempt", "slurm_job_id", "step", "nodes", "started_at", "ended_at", "ended", "exit_code",
-                "detected_after_s", "culprit", "excluded", "released", "why", "next_job_id", "output", "stacks")
+                "detected_after_s", "culprit", "excluded", "released", "checkpoints", "why", "next_job_id", "output",
+                "stacks")
 
 
 def diagnose_chain(runner: Runner, chain: Chain, job_id: str) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent
 MODULES = ("supervisor/__init__.py", "supervisor/private.py", "supervisor/record.py", "supervisor/decide.py",
            "supervisor/slurmctl.py", "supervisor/launch.py", "supervisor/attempt.py", "supervisor/job.py",
-           "checkpoint/interval.py",
+           "checkpoint/interval.py", "checkpoint/store.py", "checkpoint/status.py",
            "analysis/flight_recorder.py", "analysis/rank_files.py", "analysis/faults.py", "analysis/culprit.py",
            "slurm/outcome.py", "slurm/builders.py", "slurm/node_names.py", "hostlist.py")
 MAIN = "import sys\nfrom cluster_kit.supervisor.job import main\nsys.exit(main())\n"

@@ -18,6 +18,7 @@ import time
 from cluster_kit.analysis import culprit as culprits
 from cluster_kit.analysis import rank_files
 from cluster_kit.checkpoint import interval
+from cluster_kit.checkpoint import status as checkpoint_status
 from cluster_kit.hostlist import NodeSet
 from cluster_kit.slurm import builders, node_names, outcome
 from cluster_kit.supervisor import decide, launch, private, record, slurmctl
@@ -379,6 +380,9 @@ def settle(rec, attempt, folder, job_id, job, chain_id, watched, code, ended, bl
     this allocation, else the supervisor's exit code once the next job is submitted (or
     the chain is over), after a launch that a signal left running has ended."""
     attempt.update(ended=ended, ended_at=round(time.time(), 3), exit_code=code)
+    saved = checkpoint_status.read_status(watched.control)
+    if saved:
+        attempt["checkpoints"] = checkpoint_status.describe(saved)
     if watched.step:
         attempt["step"] = watched.step
     blamed = slurm_names(blamed, watched.nodes)
