@@ -311,7 +311,7 @@ def status(app: App, job_id: str, profile_ref: str | None, as_json: bool) -> Non
     if chain is not None:
         click.echo(format_table(["ATTEMPT", "JOB", "NODES", "ENDED", "CULPRIT"], attempt_rows(chain)))
         click.echo(printable(chains.progress(chain)))
-        saved = next((a["checkpoints"] for a in reversed(chain.attempts) if a.get("checkpoints")), [])
+        saved: list[str] = next((a["checkpoints"] for a in reversed(chain.attempts) if a.get("checkpoints")), [])
         for line in saved:  # the interval and why, the last save, anything set aside
             click.echo(printable(str(line)))
 

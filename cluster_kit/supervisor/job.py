@@ -287,12 +287,26 @@ def run_attempts(args, job_id, job, chain_id, folder, rec):
             ended, blamed = decide.attempt_end(code, failed_nodes=failed)
             blamed["evidence"] = "the in-job preflight failed on {} (see its lines above)".format(",".join(failed))
         else:
-            code, ended, blamed = watch_attempt(watched, args, job_id, job, previous)
+            guard = start_guard(job_id, here, plan)
+            try:
+                code, ended, blamed = watch_attempt(watched, args, job_id, job, previous)
+            finally:
+                slurmctl.stop_guard(guard)
         outcome = settle(rec, attempt, folder, job_id, job, chain_id, watched, code, ended, blamed, here, args)
         if outcome is not AGAIN:
             return outcome
         number_here += 1
         previous = watched
+
+
+def start_guard(job_id, here, plan):
+    """The guard step, on a node of the attempt other than the batch script's (none for
+    a job of one node): it cancels the job if the batch script's node dies, so that the
+    standby job can take over."""
+    other = next((n for n in plan if n != here.batch_host), None)
+    if other is None or not here.batch_host:
+        return None
+    return slurmctl.start_guard(job_id, other, here.batch_host, sys.executable)
 
 
 def start_attempt(rec, folder, job_id, job, chain_id, args, here, plan, number_here):

@@ -6,15 +6,24 @@ One JSON file, `attempts.json`, in the job's record folder
 `clusterkit status`, `diagnose` and `submit --wait`:
 
     {"format": "clusterkit.attempts/1", "job_id": "123", "resilience": {...},
-     "attempts": [{"attempt": 0, "slurm_job_id": "123", "nodes": "n[1-2]",
+     "script_digest": "sha256:...", "start_exclude": [],
+     "attempts": [{"attempt": 0, "slurm_job_id": "123", "step": "123.0", "nodes": "n[1-2]",
+                   "allocation": "n[1-3]", "batch_host": "n1",
                    "started_at": 1.7e9, "ended_at": 1.7e9, "ended": "hang",
-                   "exit_code": 1, "detected_after_s": 41.2,
-                   "culprit": {"ranks": [3], "hosts": ["n2"], "evidence": "..."},
-                   "excluded": ["n2"], "stacks": {"3": "..."}, "next_job_id": "124",
-                   "why": "..."}],
-     "exclude": ["n2"], "final": null}
+                   "exit_code": 137, "detected_after_s": 41.2,
+                   "culprit": {"ranks": [3], "hosts": ["n2"], "evidence": "...", "kind": "node"},
+                   "excluded": ["n2"], "released": ["n2"], "stacks": {"3": "..."},
+                   "checkpoints": ["checkpoints every 412 steps (9.6 min): ..."],
+                   "why": "...; restarted in job 123 on n[1,3] (n3 in place of n2)"},
+                  {"attempt": 1, "slurm_job_id": "123", "step": "123.1", ..., "next_job_id": "124"}],
+     "exclude": ["n2"], "standby": {"job_id": "125", "after": "123"}, "final": null}
 
-`final` is `{"ended": ..., "exit_code": N, "why": "..."}` once the chain is over.
+An attempt restarted in its allocation has the same `slurm_job_id` as the next one;
+one restarted as a new job names it as `next_job_id`. `standby` is the job waiting
+with `--dependency=afternotok` on the current one (null once the supervisor saw the
+end). A program error's culprit has `"kind": "program"` and its `signature`, `error`
+and `where`. `final` is `{"ended": ..., "exit_code": N, "why": "..."}` once the chain
+is over.
 """
 import json
 import os

@@ -140,12 +140,36 @@ def cancel(job_id):
     slurm(["scancel", job_id])
 
 
+GUARD_NAME = "clusterkit-guard"
+# The guard: a step on another node than the batch script's that cancels the job once
+# Slurm says the batch script's node is down or not responding. With --no-kill, Slurm
+# 22.05 keeps such a job RUNNING without its batch script until its time limit; once
+# cancelled, the standby job (--dependency=afternotok) takes the chain over.
+GUARD_CODE = """import subprocess, sys, time
+job, host = sys.argv[1], sys.argv[2]
+while True:
+    time.sleep(5)
+    try:
+        state = subprocess.run(["sinfo", "-h", "-n", host, "-o", "%T"], capture_output=True, text=True,
+                               timeout=30).stdout.strip().lower()
+    except (OSError, subprocess.TimeoutExpired):
+        continue
+    if state.endswith("*") or state.startswith(("down", "fail", "not_responding", "no_respond")):
+        print("clusterkit guard: the batch script's node %s is %s: cancelling job %s" % (host, state, job),
+              file=sys.stderr, flush=True)
+        subprocess.run(["scancel", job], timeout=30)
+        break
+"""
+
+
 def parse_steps(text):
-    """`squeue -s -h -o %i` lines -> the numeric step ids (`123.0` -> `0`): the job's sruns."""
+    """`squeue -s -h -o %i|%j` lines -> the numeric step ids (`123.0` -> `0`) of the job's
+    sruns, the guard's left out."""
     steps = []
-    for line in text.split():
-        step = line.strip().partition(".")[2]
-        if step.isdigit():
+    for line in text.splitlines():
+        step_id, _, name = line.strip().partition("|")
+        step = step_id.partition(".")[2]
+        if step.isdigit() and name != GUARD_NAME:
             steps.append(step)
     return steps
 
@@ -153,9 +177,30 @@ def parse_steps(text):
 def running_steps(job_id):
     """The ids of the job's srun steps that Slurm lists now ([] when squeue fails)."""
     try:
-        return parse_steps(slurm(["squeue", "-s", "-h", "-j", job_id, "-o", "%i"]))
+        return parse_steps(slurm(["squeue", "-s", "-h", "-j", job_id, "-o", "%i|%j"]))
     except RuntimeError:
         return []
+
+
+def start_guard(job_id, node, batch_host, python):
+    """The guard step on `node` (the srun process; stop it with stop_guard)."""
+    argv = ["srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}", f"--job-name={GUARD_NAME}",
+            "--mem=0", python, "-c", GUARD_CODE, job_id, batch_host]
+    try:
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    except OSError:
+        return None
+
+
+def stop_guard(proc):
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def kill_steps(job_id, steps):

@@ -50,3 +50,10 @@ def test_the_chains_history_for_the_checkpoint_interval() -> None:
     assert (run_s, failures) == (1500.0, 2)
     assert restart_s == pytest.approx(((405 - 400 + 20) + (1035 - 1005 + 1)) / 2)
     assert decide.chain_history([]) == (0.0, 0, None)
+
+
+def test_the_steps_of_a_job_leave_the_guard_out() -> None:
+    from cluster_kit.supervisor import slurmctl
+
+    text = "235.0|bash\n235.batch|batch\n235.1|clusterkit-guard\n235.2|bash\n235.extern|extern\n"
+    assert slurmctl.parse_steps(text) == ["0", "2"]
