@@ -81,6 +81,8 @@ class Chain:
         if not self.attempts:
             return self.chain_id
         last = str(self.attempts[-1].get("slurm_job_id"))
+        if self.attempts[-1].get("ended") == "running":
+            return last  # (its standby takes over only if it dies)
         following = self.after(last) if self.final is None else None
         return following or last
 
