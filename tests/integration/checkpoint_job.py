@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from supervised_job import kill_ranks, wait_ranks
+
 REPO = Path(__file__).resolve().parents[2]
 WORLD_SIZE = 2
 EPOCHS = 3
@@ -133,23 +135,10 @@ class Attempt:
 
     def wait(self, deadline_s: float = DEADLINE_S) -> list[tuple[int, str]]:
         """(exit code, output) of every rank, killing those still running at the deadline."""
-        end = time.monotonic() + deadline_s
-        results = []
-        for process in self.processes:
-            try:
-                out, _ = process.communicate(timeout=max(0.1, end - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                out, _ = process.communicate()
-            results.append((process.returncode, out))
-        return results
+        return wait_ranks(self.processes, deadline_s)
 
     def kill(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.kill()
-        for process in self.processes:
-            process.communicate()
+        kill_ranks(self.processes)
 
 
 def start_attempt(workdir: Path, number: int, *options: str) -> Attempt:

@@ -140,23 +140,32 @@ class Job:
 
     def wait(self, deadline_s: float) -> list[tuple[int, str]]:
         """(exit code, output) of every rank, killing those still running at the deadline."""
-        end = time.monotonic() + deadline_s
-        results = []
-        for process in self.processes:
-            try:
-                out, _ = process.communicate(timeout=max(0.1, end - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                out, _ = process.communicate()
-            results.append((process.returncode, out))
-        return results
+        return wait_ranks(self.processes, deadline_s)
 
     def kill(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.kill()
-        for process in self.processes:
-            process.communicate()
+        kill_ranks(self.processes)
+
+
+def wait_ranks(processes: list[subprocess.Popen[str]], deadline_s: float) -> list[tuple[int, str]]:
+    """(exit code, output) of every rank, killing those still running at the deadline."""
+    end = time.monotonic() + deadline_s
+    results = []
+    for process in processes:
+        try:
+            out, _ = process.communicate(timeout=max(0.1, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, _ = process.communicate()
+        results.append((process.returncode, out))
+    return results
+
+
+def kill_ranks(processes: list[subprocess.Popen[str]]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+    for process in processes:
+        process.communicate()
 
 
 def wait_until(condition: object, deadline_s: float, what: str) -> None:
