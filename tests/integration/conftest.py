@@ -42,6 +42,16 @@ def read_node_table(path: Path = NODE_TABLE) -> list[tuple[str, str, str]]:
     return rows
 
 
+def host_names(path: Path = NODE_TABLE) -> dict[str, str]:
+    """Node name -> its own host name, for the nodes whose description begins `hostname=H`."""
+    names = {}
+    for line in path.read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 3 and not line.startswith("#") and fields[3].startswith("hostname="):
+            names[fields[0]] = fields[3].removeprefix("hostname=")
+    return names
+
+
 @dataclass(frozen=True)
 class DevCluster:
     """Where the running dev cluster keeps things, and small helpers to use it."""

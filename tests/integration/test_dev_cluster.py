@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from conftest import read_node_table
+from conftest import host_names, read_node_table
 
 if TYPE_CHECKING:
     from conftest import DevCluster
@@ -42,7 +42,7 @@ def test_slurm_nodes_are_idle_with_four_gpus(dev_cluster: DevCluster) -> None:
     done = subprocess.run(["sinfo", "-h", "-N", "-p", "debug", "-o", "%N %t %G %c"],
                           capture_output=True, text=True, check=True, env=dev_cluster.slurm_env())
     rows = sorted(line.split() for line in done.stdout.splitlines())
-    assert [row[0] for row in rows] == ["n1", "n2", "n3"]
+    assert [row[0] for row in rows] == ["n1", "n2", "n3", "n4"]
     for name, state, gres, cpus in rows:
         assert state in ("idle", "mix", "alloc"), name
         assert gres == "gpu:4" and cpus == "8"
@@ -67,6 +67,8 @@ def test_login_node_runs_the_slurm_client_as_ckuser(dev_cluster: DevCluster) -> 
 
 
 HARDWARE_NODES = [name for name, _, kind in read_node_table() if kind in ("slurm", "fake")]
+SLURM_NODES = [name for name, _, kind in read_node_table() if kind == "slurm"]
+HOST_NAMES = host_names()
 
 
 @pytest.mark.parametrize("node", HARDWARE_NODES)
@@ -74,8 +76,8 @@ def test_fake_node_has_its_own_hostname_and_gpus(dev_cluster: DevCluster, node: 
     out = sh(dev_cluster, node, "hostname; nvidia-smi --query-gpu=name,driver_version "
              "--format=csv,noheader; nvidia-smi | grep -o 'CUDA Version: [0-9.]*'")
     lines = out.splitlines()
-    gpus = 4 if node in ("n1", "n2", "n3") else 8
-    assert lines[0] == node
+    gpus = 4 if node in SLURM_NODES else 8
+    assert lines[0] == HOST_NAMES.get(node, node)
     assert lines[1:1 + gpus] == ["NVIDIA H100 80GB HBM3, 550.54.15"] * gpus
     assert lines[-1] == "CUDA Version: 12.4"
 

@@ -87,11 +87,11 @@ def test_a_one_node_job_routes_around_the_broken_node(dev_cluster: Any, folder: 
     job_id = doc["job_id"]
     try:
         assert done.returncode == 0, done.stderr
-        # n3 is in the partition, not in the profile's nodes: never checked, never used
-        assert doc["excluded"] == {"n2": ["rdma.port_state"], "n3": ["profile.nodes"]}
+        # n3 and n4 are in the partition, not in the profile's nodes: never checked, never used
+        assert doc["excluded"] == {"n2": ["rdma.port_state"], "n3": ["profile.nodes"], "n4": ["profile.nodes"]}
         assert doc["preflight"]["summary"] == {"pass": 1, "warn": 0, "fail": 1, "unreachable": 0}
         assert "clusterkit: excluding n2 (--exclude): rdma.port_state: mlx5_0 port 1 is DOWN" in done.stderr
-        assert scontrol_field(dev_cluster, job_id, "ExcNodeList") == "n[2-3]"
+        assert scontrol_field(dev_cluster, job_id, "ExcNodeList") == "n[2-4]"
         assert scontrol_field(dev_cluster, job_id, "NodeList") == "n1"
         log = next(folder.glob(f"ck-route-{job_id}.out")).read_text()
         assert rank_lines(log)[0]["SLURMD_NODENAME"] == "n1"
@@ -106,10 +106,10 @@ def test_a_two_node_job_is_refused_naming_the_node_and_check(dev_cluster: Any, f
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stdout == "" and "Traceback" not in done.stderr
     assert done.stderr.startswith("clusterkit: error: preflight failed; not submitting: only 1 healthy "
-                                  "node(s) of 2 for a 2-node job; failing: n2 (rdma.port_state); not checked: n3 (in the "
+                                  "node(s) of 2 for a 2-node job; failing: n2 (rdma.port_state); not checked: n[3-4] (in the "
                                   "partition, not in the profile's nodes)\n"), done.stderr
     assert "mlx5_0 port 1 is DOWN" in done.stderr
-    assert "  fix: ask for at most 1 node(s), fix the failing nodes (clusterkit preflight --nodes n[2-3])" in done.stderr
+    assert "  fix: ask for at most 1 node(s), fix the failing nodes (clusterkit preflight --nodes n[2-4])" in done.stderr
     assert queued(dev_cluster, "ck-refused") == ""
 
 
@@ -123,7 +123,7 @@ def test_strict_refuses_a_job_that_would_fit(dev_cluster: Any, folder: Path, bro
 
 def test_a_job_larger_than_the_partition_exits_3_and_leaves_nothing_pending(
         dev_cluster: Any, folder: Path) -> None:
-    job = job_file(folder, ib_profile(dev_cluster, folder, listed=False), "ck-never", nodes=4)
+    job = job_file(folder, ib_profile(dev_cluster, folder, listed=False), "ck-never", nodes=5)
     # --wait would wait forever on a job that never starts; clusterkit() fails after TIMEOUT s
     done = clusterkit(dev_cluster, "submit", str(job), "--wait", timeout=TIMEOUT)
     assert done.returncode == 3, done.stdout + done.stderr
@@ -131,13 +131,13 @@ def test_a_job_larger_than_the_partition_exits_3_and_leaves_nothing_pending(
     assert re.fullmatch(r"\d+", job_id), done.stdout
     first, fix = done.stderr.splitlines()[-2:]
     assert first == (f"clusterkit: error: Slurm on this machine can never start job {job_id}: pending "
-                     "with reason PartitionNodeLimit: it asks for 4 nodes, partition debug has 3; cancelled it")
-    assert fix.startswith("  fix: ask for at most 3 node(s)")
+                     "with reason PartitionNodeLimit: it asks for 5 nodes, partition debug has 4; cancelled it")
+    assert fix.startswith("  fix: ask for at most 4 node(s)")
     assert queued(dev_cluster, "ck-never", states="PENDING") == ""
 
 
 def test_without_wait_the_never_starting_job_is_exit_3_named_and_cancelled(dev_cluster: Any, folder: Path) -> None:
-    job = job_file(folder, ib_profile(dev_cluster, folder, listed=False), "ck-never-nowait", nodes=4)
+    job = job_file(folder, ib_profile(dev_cluster, folder, listed=False), "ck-never-nowait", nodes=5)
     done = clusterkit(dev_cluster, "submit", str(job), "--no-preflight", timeout=TIMEOUT)
     job_id = done.stdout.strip()
     try:
