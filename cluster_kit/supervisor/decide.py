@@ -301,3 +301,22 @@ def chain_history(attempts):
             found = float(before.get("detected_after_s") or 0)
             gaps.append(float(after["started_at"]) - float(before["ended_at"]) + found)
     return run_s, failures, (sum(gaps) / len(gaps) if gaps else None)
+
+
+def earlier_history(records, nodes):
+    """(seconds run, failures) of the user's earlier chains, as if they ran at `nodes`
+    nodes: N nodes fail N times as often as one, so an attempt's seconds count in node
+    seconds (its nodes over `nodes`)."""
+    run_s, failures = 0.0, 0
+    for rec in records:
+        for attempt in rec.get("attempts") or []:
+            if not isinstance(attempt, dict):
+                continue
+            try:
+                width = len(NodeSet(str(attempt.get("nodes") or "")))
+            except ValueError:
+                continue
+            seconds, failed, _ = chain_history([attempt])
+            run_s += seconds * width / max(1, nodes)
+            failures += failed
+    return run_s, failures

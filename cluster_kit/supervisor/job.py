@@ -149,10 +149,13 @@ def addresses_of(host):
         return []
 
 
-def checkpoint_env(args, rec, nodes):
-    """What cluster_kit.checkpoint reads in the ranks: the job's checkpoint settings, and
-    this chain's failure rate and restart time for `checkpoint_every: auto`."""
+def checkpoint_env(args, rec, folder, nodes):
+    """What cluster_kit.checkpoint reads in the ranks: the job's checkpoint settings, the
+    failure rate of this chain and of the user's earlier chains beside it, and this
+    chain's restart time, for `checkpoint_every: auto`."""
     run_s, failures, restart_s = decide.chain_history(rec["attempts"])
+    earlier_s, earlier_failures = decide.earlier_history(record.earlier(folder), nodes)
+    run_s, failures = run_s + earlier_s, failures + earlier_failures
     env = {"CLUSTERKIT_CHAIN_ID": str(rec["job_id"]),
            "CLUSTERKIT_MTBF_S": "{:.0f}".format(interval.estimate_mtbf_s(
                run_s, failures, nodes, args.mtbf_hours or interval.DEFAULT_MTBF_HOURS))}
@@ -327,7 +330,7 @@ def start_attempt(rec, folder, job_id, job, chain_id, args, here, plan, number_h
     env = dict(os.environ, CLUSTERKIT_CONTROL_DIR=control, CLUSTERKIT_ATTEMPT=str(number),
                CLUSTERKIT_CHECKPOINT_DIR=checkpoint, MASTER_ADDR=nodes[0] if nodes else "",
                MASTER_PORT=str(launch.step_port(os.environ.get("MASTER_PORT", "29500"), number_here)))
-    env.update(checkpoint_env(args, rec, len(nodes)))
+    env.update(checkpoint_env(args, rec, folder, len(nodes)))
     env.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
     env.update(nccl_dump_env(control, env))
     where = f" (allocation {attempt['allocation']})" if here.nodes != nodes else ""

@@ -36,6 +36,7 @@ RECORD_NAME = "attempts.json"
 ENDINGS = ("completed", "hang", "crash", "node_failure", "time_limit", "preempted", "cancelled", "running")
 FAILURES = ("hang", "crash", "node_failure")  # count against max_restarts
 REQUEUES = ("time_limit", "preempted")  # count against max_time_requeues
+EARLIER_LIMIT = 50  # earlier chains read for the failure rate
 
 
 def folder_for(output_path, chain_id):
@@ -72,6 +73,33 @@ def load(folder):
     os.replace(path, kept)
     raise CorruptRecord(f"the attempts record {path} cannot be read: {problem}; it was kept as {kept}, and "
                         "the chain does not go on without its history: look at it, then submit the job again")
+
+
+def earlier(folder, limit=EARLIER_LIMIT):
+    """The ended records of the user's other chains beside `folder` (the newest
+    `limit`): what `checkpoint_every: auto` learns the failure rate from. Only folders
+    and records private.check trusts; one that is not is skipped, never touched."""
+    parent, own = os.path.split(os.path.abspath(folder))
+    found = []
+    try:
+        entries = [e for e in os.scandir(parent) if e.name.startswith("clusterkit-") and e.name != own]
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            private.check(entry.path, entry.stat(follow_symlinks=False), "folder")
+            found.append((entry.stat(follow_symlinks=False).st_mtime, entry.path))
+        except (OSError, private.Untrusted):
+            continue
+    records = []
+    for _, path in sorted(found, reverse=True)[:limit]:
+        try:
+            data = json.loads((private.read(os.path.join(path, RECORD_NAME)) or b"").decode("utf-8"))
+        except (OSError, ValueError, private.Untrusted):
+            continue
+        if _is_record(data) and data.get("final"):
+            records.append(data)
+    return records
 
 
 def _is_record(data):
