@@ -27,11 +27,14 @@ costs something (`--width`, `--layers`). `mtbf_hours` is set to the planted rate
 a fleet's failure rate would be.
 
 Printed per run: wall time (submit to the end of its last attempt), attempts, and
-per fault the time to detect it (hang: from the last step to the culprit named;
-crash: from the exception or fault file to the attempt's end; node: from the failure
-to the attempt's end), the time from the attempt's end to the next attempt's start,
-and the steps trained again (reached minus resumed); then each run's goodput: the
-clean run's wall time over its own.
+per fault where its time went: `detect` (hang: from the last step to the culprit
+named; crash: from the fault or exception file to the attempt's end; node: from the
+failure to the attempt's end), `stop` (hang: from the culprit named to the attempt's
+end, its ranks killed), `restart` (from the attempt's end to the next attempt's first
+step: the queue, if any, the ranks' start and the checkpoint's load), `redo` (the
+steps trained again, reached minus resumed, at the clean run's time per step) and
+their sum, `lost`; then each run's goodput: the clean run's wall time over its own.
+The first step's time is read from the ranks' heartbeats, polled every 0.1 s.
 """
 from __future__ import annotations
 
@@ -86,31 +89,55 @@ def record_of(folder: Path, job_id: str) -> dict[str, Any] | None:
         return None
 
 
+def beats(folder: Path, job_id: str, attempt: int) -> list[tuple[int, float]]:
+    """(steps, time) of each rank's latest heartbeat in the attempt; steps are counted
+    from the attempt's start, not from the step it resumed at."""
+    found = []
+    for path in sorted((folder / f"clusterkit-{job_id}" / f"attempt-{attempt}" / "heartbeat").glob("rank-*")):
+        fields = path.read_text().split()
+        if len(fields) >= 2:
+            found.append((int(fields[0]), float(fields[1])))
+    return found
+
+
 def max_steps(folder: Path, job_id: str, attempt: int) -> int:
-    """The most steps any rank of the attempt reported in its heartbeat (counted from
-    the attempt's start, not from the step it resumed at)."""
-    beats = folder / f"clusterkit-{job_id}" / f"attempt-{attempt}" / "heartbeat"
-    counts = [int(p.read_text().split()[0]) for p in beats.glob("rank-*") if p.read_text().strip()]
-    return max(counts, default=0)
+    return max((steps for steps, _ in beats(folder, job_id, attempt)), default=0)
 
 
-def run_chain(folder: Path, job_id: str, fail_at: int | None = None) -> tuple[dict[str, Any], float | None]:
-    """Wait for the chain's end; with `fail_at`, fail attempt 1's second node once it
-    trained that many steps. The record and when the node was failed."""
-    failed_at, victim = None, None
+class Chain:
+    """What the benchmark saw of a chain while it ran: when a node was failed, and when
+    each attempt trained its first step (from rank 0's heartbeat, polled)."""
+
+    def __init__(self, step_s: float) -> None:
+        self.step_s = step_s
+        self.failed_at: float | None = None
+        self.first_step: dict[int, float] = {}
+
+    def saw(self, attempt: int, steps: int, when: float) -> None:
+        if steps >= 1 and attempt not in self.first_step:
+            self.first_step[attempt] = when - (steps - 1) * self.step_s
+
+
+def run_chain(folder: Path, job_id: str, chain: Chain, fail_at: int | None = None) -> dict[str, Any]:
+    """Wait for the chain's end, watching its heartbeats; with `fail_at`, fail attempt
+    1's second node once it trained that many steps."""
+    victim = None
     deadline = time.monotonic() + CHAIN_TIMEOUT_S
     try:
         while time.monotonic() < deadline:
             record = record_of(folder, job_id)
-            if record and record.get("final"):
-                return record, failed_at
             attempts = (record or {}).get("attempts", [])
+            for attempt in attempts[-2:]:
+                for steps, when in beats(folder, job_id, attempt["attempt"])[:1]:
+                    chain.saw(attempt["attempt"], steps, when)
+            if record and record.get("final"):
+                return record
             if (fail_at is not None and victim is None and len(attempts) == 2
                     and attempts[1]["ended"] == "running" and max_steps(folder, job_id, 1) >= fail_at):
                 victim = hostnames(attempts[1]["nodes"])[1]
                 subprocess.run([DEV_CLUSTER, "fail", victim], check=True, capture_output=True, timeout=60)
-                failed_at = time.time()
-            time.sleep(0.5)
+                chain.failed_at = time.time()
+            time.sleep(0.1)
         sys.exit(f"goodput: the chain of job {job_id} did not end within {CHAIN_TIMEOUT_S} s")
     finally:
         if victim:
@@ -127,30 +154,43 @@ def resumed_step(attempt: dict[str, Any]) -> int:
     return int(found.group(1)) if found else 0
 
 
-def fault_rows(folder: Path, job_id: str, record: dict[str, Any], failed_at: float | None) -> list[dict[str, Any]]:
+def fault_rows(folder: Path, job_id: str, record: dict[str, Any], chain: Chain) -> list[dict[str, Any]]:
     rows = []
     attempts = record["attempts"]
     for index in range(1, len(attempts)):
         this, after = attempts[index - 1], attempts[index]
         control = folder / f"clusterkit-{job_id}" / f"attempt-{this['attempt']}"
         files = [p for kind in ("exceptions", "faults") for p in (control / kind).glob("*.txt") if p.stat().st_size]
-        if this["ended"] == "hang":
+        stop = None
+        if this["ended"] == "hang":  # from the first rank that stopped stepping
+            began = min(when for _, when in beats(folder, job_id, this["attempt"]))
             detect = this.get("detected_after_s")
+            stop = this["ended_at"] - began - detect if detect is not None else None
         elif this["ended"] == "crash" and files:
-            detect = this["ended_at"] - min(p.stat().st_mtime for p in files)
-        elif this["ended"] == "node_failure" and failed_at:
-            detect = this["ended_at"] - failed_at
+            began = min(p.stat().st_mtime for p in files)
+        elif this["ended"] == "node_failure" and chain.failed_at:
+            began = chain.failed_at
         else:
-            detect = None
+            began = None
+        if this["ended"] != "hang":
+            detect = this["ended_at"] - began if began is not None else None
+        first = chain.first_step.get(after["attempt"])
+        restart = first - this["ended_at"] if first is not None else None
+        redone = max(0, resumed_step(this) + max_steps(folder, job_id, this["attempt"]) - resumed_step(after))
+        redo = redone * chain.step_s
+        lost = None if detect is None or restart is None else detect + (stop or 0.0) + restart + redo
         rows.append({"attempt": this["attempt"], "ended": this["ended"],
                      "culprit": (this.get("culprit") or {}).get("evidence", ""),
-                     "detect_s": round(detect, 1) if detect is not None else None,
-                     "restart_s": round(after["started_at"] - this["ended_at"], 1),
-                     "steps_redone": max(0, resumed_step(this) + max_steps(folder, job_id, this["attempt"])
-                                         - resumed_step(after)),
+                     "detect_s": rounded(detect), "stop_s": rounded(stop), "restart_s": rounded(restart),
+                     "steps_redone": redone, "redo_s": rounded(redo),
+                     "lost_s": rounded(lost),
                      "same_job": after["slurm_job_id"] == this["slurm_job_id"],
                      "nodes": this["nodes"], "next_nodes": after["nodes"]})
     return rows
+
+
+def rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
 
 
 @contextmanager
@@ -175,12 +215,18 @@ def busy_partition() -> Any:
 
 
 def run(folder: Path, name: str, args: argparse.Namespace, plants: list[str], resilience: dict[str, Any],
-        extra: list[str] = (), fail_at: int | None = None) -> dict[str, Any]:
+        extra: list[str] = (), fail_at: int | None = None, step_s: float | None = None) -> dict[str, Any]:
+    """One chain; `step_s`: the clean run's time per step (measured here when not given)."""
     job_id, began = submit(write_job(folder, name, args, plants, resilience, list(extra)))
-    record, failed_at = run_chain(folder, job_id, fail_at)
+    chain = Chain(step_s or args.step_seconds)
+    record = run_chain(folder, job_id, chain, fail_at)
+    last = record["attempts"][-1]["attempt"]
+    if step_s is None and last in chain.first_step:
+        ended = max(when for _, when in beats(folder, job_id, last))
+        chain.step_s = (ended - chain.first_step[last]) / max(1, max_steps(folder, job_id, last) - 1)
     return {"job_id": job_id, "wall_s": round(record["attempts"][-1]["ended_at"] - began, 1),
-            "attempts": len(record["attempts"]), "final": record["final"],
-            "faults": fault_rows(folder, job_id, record, failed_at) if plants or fail_at else [],
+            "attempts": len(record["attempts"]), "final": record["final"], "step_s": round(chain.step_s, 3),
+            "faults": fault_rows(folder, job_id, record, chain) if plants or fail_at else [],
             "checkpoints": next((a["checkpoints"] for a in reversed(record["attempts"]) if a.get("checkpoints")), [])}
 
 
@@ -188,10 +234,11 @@ def compare_restarts(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
     quarter = args.steps // 4
     plants = [f"0:hang:3:{quarter}", f"2:raise:0:{3 * quarter}"]
     result = {"clean": run(folder, "ck-goodput-clean", args, [], {})}
+    step_s = result["clean"]["step_s"]
     with busy_partition():
-        result["linked"] = run(folder, "ck-goodput-linked", args, plants, {}, fail_at=quarter // 2)
+        result["linked"] = run(folder, "ck-goodput-linked", args, plants, {}, fail_at=quarter // 2, step_s=step_s)
         result["in-allocation"] = run(folder, "ck-goodput-spares", args, plants, {"spare_nodes": 2},
-                                      fail_at=quarter // 2)
+                                      fail_at=quarter // 2, step_s=step_s)
     return result
 
 
@@ -202,10 +249,11 @@ def compare_intervals(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
     rate_s = every * (args.step_seconds + args.measured_step_s)
     base = {"exclude": "never", "mtbf_hours": round(rate_s * 2 / 3600, 4)}
     result = {"clean": run(folder, "ck-goodput-clean", args, [], {}, model)}
+    step_s = result["clean"]["step_s"]
     result["fixed"] = run(folder, "ck-goodput-fixed", args, plants, {**base, "checkpoint_every": args.fixed_every},
-                          model + ["--checkpoint-every", str(args.fixed_every)])
+                          model + ["--checkpoint-every", str(args.fixed_every)], step_s=step_s)
     result["auto"] = run(folder, "ck-goodput-auto", args, plants, {**base, "checkpoint_every": "auto"},
-                         model + ["--checkpoint-every", "auto"])
+                         model + ["--checkpoint-every", "auto"], step_s=step_s)
     return result
 
 
@@ -247,11 +295,15 @@ def table(result: dict[str, Any]) -> list[str]:
         for line in run_result["checkpoints"][:1]:
             lines.append(f"{'':14} {line}")
         for row in run_result["faults"]:
-            detect = "-" if row["detect_s"] is None else f"{row['detect_s']:.1f} s"
             where = "same job" if row["same_job"] else "new job"
-            lines.append(f"{'':14} {row['ended']:12} detect {detect:>7}  restart {row['restart_s']:6.1f} s "
-                         f"({where})  steps redone {row['steps_redone']:3d}  {row['nodes']} -> {row['next_nodes']}")
+            times = "  ".join(f"{key} {seconds(row[key + '_s'])}" for key in ("detect", "stop", "restart", "redo"))
+            lines.append(f"{'':14} {row['ended']:12} lost {seconds(row['lost_s'])} = {times}  "
+                         f"({where}, {row['steps_redone']} steps redone)  {row['nodes']} -> {row['next_nodes']}")
     return lines
+
+
+def seconds(value: float | None) -> str:
+    return "    -  " if value is None else f"{value:5.1f} s"
 
 
 if __name__ == "__main__":
