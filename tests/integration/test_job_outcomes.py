@@ -232,12 +232,12 @@ def test_a_node_submit_did_not_check_never_receives_the_job(
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     try:
-        assert doc["excluded"] == {"n2": ["slurm.state"], "n3": ["profile.nodes"]}
+        assert doc["excluded"] == {"n2": ["slurm.state"], "n3": ["profile.nodes"], "n4": ["profile.nodes"]}
         assert [n["node"] for n in doc["preflight"]["nodes"]] == ["n1"]  # the only node checked
         assert "clusterkit: excluding n2 (--exclude): not preflighted: Slurm state idle*" in done.stderr
         record = records.find(doc["job_id"], "local", Path(env["XDG_STATE_HOME"]) / "clusterkit" / "jobs")
         assert record is not None
-        assert [line for line in record.script.splitlines() if "--exclude" in line] == ['#SBATCH --exclude="n[2-3]"']
+        assert [line for line in record.script.splitlines() if "--exclude" in line] == ['#SBATCH --exclude="n[2-4]"']
     finally:
         scancel(dev_cluster, doc["job_id"])
 
@@ -245,5 +245,5 @@ def test_a_node_submit_did_not_check_never_receives_the_job(
     assert refused.stdout == ""
     assert ("only 1 healthy node(s) of 1 for a 2-node job; not checked: n2 (Slurm state idle*" in refused.stderr
             or "not checked: n2 (Slurm state down*" in refused.stderr), refused.stderr
-    assert ("  fix: wait until Slurm can use n2 again (sinfo -n n2) and submit again, add n3 to the "
+    assert ("  fix: wait until Slurm can use n2 again (sinfo -n n2) and submit again, add n[3-4] to the "
             "profile's nodes, ask for at most 1 node(s)") in refused.stderr

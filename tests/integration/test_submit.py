@@ -99,11 +99,11 @@ def test_test_only_accepts_each_dev_cluster_example(example: str, dev_cluster: A
 @pytest.mark.parametrize(("shape", "flags"), [
     ({"nodes": 1, "gpus_per_node": 8}, ["--test-only"]),
     ({"nodes": 1, "gpus_per_node": 8}, []),
-    ({"nodes": 4, "gpus_per_node": 1}, ["--test-only"]),
-], ids=["8-gpus-test-only", "8-gpus-submit", "4-nodes-test-only"])
+    ({"nodes": 5, "gpus_per_node": 1}, ["--test-only"]),
+], ids=["8-gpus-test-only", "8-gpus-submit", "5-nodes-test-only"])
 def test_an_impossible_request_exits_3_with_slurms_message(shape: dict[str, int], flags: list[str],
                                                            dev_cluster: Any, tmp_path: Path) -> None:
-    # local-dev lists its nodes, so validate itself refuses 4 of them (exit 2): the same
+    # local-dev lists its nodes, so validate itself refuses 5 of them (exit 2): the same
     # profile without the hostlist leaves the node count to Slurm, as a profile using sinfo does.
     unlisted = yaml.safe_load((REPO / "profiles" / "local-dev.yaml").read_text())
     del unlisted["nodes"]

@@ -57,7 +57,7 @@ def test_the_shipped_local_dev_profile_imports_torch_over_ssh(dev_cluster: Any, 
         torch = next(c for c in entry["checks"] if c["id"] == "nccl.torch")
         assert torch["status"] == "pass", torch
         assert torch["message"].startswith("torch 2.") and "/tmp/clusterkit-dev/venv/bin/python" in torch["message"]
-    assert sorted(e["node"] for e in report["nodes"]) == ["n1", "n2", "n3"]
+    assert sorted(e["node"] for e in report["nodes"]) == ["n1", "n2", "n3", "n4"]
 
 
 def test_hca_fixes_print_the_profile_line_and_one_equals_sign(dev_cluster: Any, ib_profile: Path) -> None:
