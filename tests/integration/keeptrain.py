@@ -19,6 +19,7 @@ from jobcli import REPO, clusterkit, job_id_of, write_yaml
 
 STEPS = 48
 CHAIN_TIMEOUT_S = 420
+HANG_TIMEOUT_S = 10  # steps take 0.1-3 s here; a hang costs a test this long
 
 
 def job(folder: Path, name: str, *args: str, resilience: dict[str, Any] | None = None,
@@ -29,7 +30,7 @@ def job(folder: Path, name: str, *args: str, resilience: dict[str, Any] | None =
         "args": ["--steps", str(STEPS), "--step-seconds", str(step_seconds), "--checkpoint-every", "4",
                  "--weights-out", str(folder / f"{name}.weights"), *args],
         "output": f"{folder}/%x-%j.out", "env": {"OMP_NUM_THREADS": "1"}, "preflight": False,
-        "resilience": {"hang_timeout": 20, "max_restarts": 2, "checkpoint_dir": str(folder / f"{name}.ckpt"),
+        "resilience": {"hang_timeout": HANG_TIMEOUT_S, "max_restarts": 2, "checkpoint_dir": str(folder / f"{name}.ckpt"),
                        **(resilience or {})}, **extra})
 
 

@@ -20,6 +20,7 @@ import pytest
 from jobcli import REPO, cli_env, clusterkit, job_id_of, write_yaml
 from keeptrain import (
     CHAIN_TIMEOUT_S,
+    HANG_TIMEOUT_S,
     assert_same_weights,
     chain_record,
     hostnames,
@@ -64,7 +65,7 @@ def test_a_hung_rank_is_named_with_its_node_and_the_job_resumes_without_it(
     assert (first["culprit"]["ranks"], first["culprit"]["hosts"]) == ([3], [culprit]), first["culprit"]
     assert "load_batch" in first["culprit"]["evidence"], first["culprit"]
     assert "load_batch" in first["stacks"]["3"]
-    assert first["detected_after_s"] <= 20 + 30, first
+    assert first["detected_after_s"] <= HANG_TIMEOUT_S + 30, first
     assert first["excluded"] == [culprit] and first["next_job_id"] == second["slurm_job_id"]
     assert culprit not in subprocess.run(["scontrol", "show", "hostnames", second["nodes"]], capture_output=True,
                                          text=True, env=dev_cluster.slurm_env(), check=True).stdout.split()

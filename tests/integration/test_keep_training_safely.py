@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from jobcli import clusterkit, job_id_of
 from keeptrain import (
+    HANG_TIMEOUT_S,
     assert_same_weights,
     chain_record,
     holding,
@@ -171,11 +172,11 @@ def test_a_node_slurm_marks_down_or_drains_mid_attempt_ends_it_within_seconds(
 
 def test_a_save_longer_than_hang_timeout_inside_paused_is_no_hang(
         dev_cluster: Any, keep_folder: Path, reference_weights: Path) -> None:
-    job_id = submit(dev_cluster, job(keep_folder, "ck-slow-save", "--slow-save", "8:35"))
+    job_id = submit(dev_cluster, job(keep_folder, "ck-slow-save", "--slow-save", f"8:{2 * HANG_TIMEOUT_S}"))
     record = chain_record(keep_folder, job_id)
     assert [a["ended"] for a in record["attempts"]] == ["completed"], record
     attempt = record["attempts"][0]
-    assert attempt["ended_at"] - attempt["started_at"] > 35  # the pause took longer than hang_timeout (20 s)
+    assert attempt["ended_at"] - attempt["started_at"] > 2 * HANG_TIMEOUT_S  # the pause outlasted hang_timeout
     assert_same_weights(keep_folder / "ck-slow-save.weights", reference_weights)
 
 
