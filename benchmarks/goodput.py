@@ -26,7 +26,9 @@ a fixed rate (a rank killed by a segmentation fault every `--fault-every` steps;
 costs something (`--width`, `--layers`). `mtbf_hours` is set to the planted rate, as
 a fleet's failure rate would be.
 
-Printed per run: wall time (submit to the end of its last attempt), attempts, and
+Printed per run: the wait in the queue before attempt 0 started (on the busy
+partition each run first waits behind the other user's job), the wall time (from
+attempt 0's start to the end of the last attempt), attempts, and
 per fault where its time went: `detect` (hang: from the last step to the culprit
 named; crash: from the fault or exception file to the attempt's end; node: from the
 failure to the attempt's end), `stop` (hang: from the culprit named to the attempt's
@@ -224,7 +226,9 @@ def run(folder: Path, name: str, args: argparse.Namespace, plants: list[str], re
     if step_s is None and last in chain.first_step:
         ended = max(when for _, when in beats(folder, job_id, last))
         chain.step_s = (ended - chain.first_step[last]) / max(1, max_steps(folder, job_id, last) - 1)
-    return {"job_id": job_id, "wall_s": round(record["attempts"][-1]["ended_at"] - began, 1),
+    first, final = record["attempts"][0], record["attempts"][-1]
+    return {"job_id": job_id, "queued_s": round(first["started_at"] - began, 1),
+            "wall_s": round(final["ended_at"] - first["started_at"], 1),
             "attempts": len(record["attempts"]), "final": record["final"], "step_s": round(chain.step_s, 3),
             "faults": fault_rows(folder, job_id, record, chain) if plants or fail_at else [],
             "checkpoints": next((a["checkpoints"] for a in reversed(record["attempts"]) if a.get("checkpoints")), [])}
@@ -289,7 +293,8 @@ def table(result: dict[str, Any]) -> list[str]:
     lines = [(f"{result['comparison']}: {result['steps']} steps of {result['step_seconds']} s + compute, "
              f"hang_timeout {result['hang_timeout_s']} s")]
     for name, run_result in result["runs"].items():
-        lines.append(f"{name:14} job {run_result['job_id']:>5}  wall {run_result['wall_s']:7.1f} s  attempts "
+        lines.append(f"{name:14} job {run_result['job_id']:>5}  queued {run_result['queued_s']:5.1f} s  "
+                     f"wall {run_result['wall_s']:6.1f} s  attempts "
                      f"{run_result['attempts']}  goodput {run_result['goodput']:.3f}  "
                      f"ended {run_result['final']['ended']} (exit {run_result['final']['exit_code']})")
         for line in run_result["checkpoints"][:1]:
