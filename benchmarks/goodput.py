@@ -164,17 +164,13 @@ def fault_rows(folder: Path, job_id: str, record: dict[str, Any], chain: Chain) 
         control = folder / f"clusterkit-{job_id}" / f"attempt-{this['attempt']}"
         files = [p for kind in ("exceptions", "faults") for p in (control / kind).glob("*.txt") if p.stat().st_size]
         stop = None
-        if this["ended"] == "hang":  # from the first rank that stopped stepping
-            began = min(when for _, when in beats(folder, job_id, this["attempt"]))
+        if this["ended"] == "hang":  # the supervisor's detection; stop: from then to the attempt's end
             detect = this.get("detected_after_s")
-            stop = this["ended_at"] - began - detect if detect is not None else None
-        elif this["ended"] == "crash" and files:
-            began = min(p.stat().st_mtime for p in files)
-        elif this["ended"] == "node_failure" and chain.failed_at:
-            began = chain.failed_at
+            if detect is not None:  # the hang began at the first rank that stopped stepping
+                stop = this["ended_at"] - min(when for _, when in beats(folder, job_id, this["attempt"])) - detect
         else:
-            began = None
-        if this["ended"] != "hang":
+            began = (min(p.stat().st_mtime for p in files) if this["ended"] == "crash" and files
+                     else chain.failed_at if this["ended"] == "node_failure" else None)
             detect = this["ended_at"] - began if began is not None else None
         first = chain.first_step.get(after["attempt"])
         restart = first - this["ended_at"] if first is not None else None
@@ -224,8 +220,9 @@ def run(folder: Path, name: str, args: argparse.Namespace, plants: list[str], re
     record = run_chain(folder, job_id, chain, fail_at)
     last = record["attempts"][-1]["attempt"]
     if step_s is None and last in chain.first_step:
-        ended = max(when for _, when in beats(folder, job_id, last))
-        chain.step_s = (ended - chain.first_step[last]) / max(1, max_steps(folder, job_id, last) - 1)
+        last_beats = beats(folder, job_id, last)
+        ended, steps = max(when for _, when in last_beats), max(steps for steps, _ in last_beats)
+        chain.step_s = (ended - chain.first_step[last]) / max(1, steps - 1)
     first, final = record["attempts"][0], record["attempts"][-1]
     return {"job_id": job_id, "queued_s": round(first["started_at"] - began, 1),
             "wall_s": round(final["ended_at"] - first["started_at"], 1),

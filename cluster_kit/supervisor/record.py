@@ -87,8 +87,9 @@ def earlier(folder, limit=EARLIER_LIMIT):
         return []
     for entry in entries:
         try:
-            private.check(entry.path, entry.stat(follow_symlinks=False), "folder")
-            found.append((entry.stat(follow_symlinks=False).st_mtime, entry.path))
+            st = entry.stat(follow_symlinks=False)
+            private.check(entry.path, st, "folder")
+            found.append((st.st_mtime, entry.path))
         except (OSError, private.Untrusted):
             continue
     records = []

@@ -32,24 +32,20 @@ NODE_TABLE = REPO / "scripts" / "devcluster" / "nodes.tsv"
 UP_TIMEOUT_S = 600  # a first run on a bare machine installs packages
 
 
+def node_rows(path: Path = NODE_TABLE) -> list[list[str]]:
+    """The fields of every node's line in the table, in its order."""
+    return [line.split() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+
+
 def read_node_table(path: Path = NODE_TABLE) -> list[tuple[str, str, str]]:
     """(name, address, kind) for every node in the table, in its order."""
-    rows = []
-    for line in path.read_text().splitlines():
-        if line.strip() and not line.startswith("#"):
-            name, address, kind = line.split()[:3]
-            rows.append((name, address, kind))
-    return rows
+    return [(fields[0], fields[1], fields[2]) for fields in node_rows(path)]
 
 
 def host_names(path: Path = NODE_TABLE) -> dict[str, str]:
     """Node name -> its own host name, for the nodes whose description begins `hostname=H`."""
-    names = {}
-    for line in path.read_text().splitlines():
-        fields = line.split()
-        if len(fields) > 3 and not line.startswith("#") and fields[3].startswith("hostname="):
-            names[fields[0]] = fields[3].removeprefix("hostname=")
-    return names
+    return {fields[0]: fields[3].removeprefix("hostname=") for fields in node_rows(path)
+            if len(fields) > 3 and fields[3].startswith("hostname=")}
 
 
 @dataclass(frozen=True)
