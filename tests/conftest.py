@@ -44,12 +44,3 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.outcome = "failed"
         report.longrepr = f"skipped on CI, where scripts/setup provides it: {reason}"
 
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The dev cluster's tests run one after another on one worker: they share its four
-    Slurm nodes, fail and heal them, and time what Slurm does. Under pytest-xdist's
-    `--dist loadgroup` (scripts/test) the other tests run beside them on the other
-    workers, while those wait on Slurm's clocks."""
-    for item in items:
-        if "integration" in item.path.parts:
-            item.add_marker(pytest.mark.xdist_group("dev-cluster"))
