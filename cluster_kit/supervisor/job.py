@@ -406,15 +406,19 @@ def settle(rec, attempt, folder, job_id, job, chain_id, watched, code, ended, bl
     if blamed:
         attempt["culprit"] = decide.recorded_culprit(blamed)
         attempt.update({k: blamed[k] for k in ("stacks", "detected_after_s") if k in blamed})
-    step = decide.next_step(rec, ended, decide.excludable(blamed, watched.nodes), rec["resilience"], code,
+    culprit = decide.excludable(blamed, watched.nodes)
+    # In this allocation the next attempt needs only the job's own nodes among those it
+    # holds (restart_here checks), so no blamed node is taken back for the partition's sake.
+    if restart_here(rec, attempt, decide.next_step(rec, ended, culprit, rec["resilience"], code),
+                    ended, watched, here, args, folder):
+        return AGAIN
+    step = decide.next_step(rec, ended, culprit, rec["resilience"], code,
                             slurmctl.partition_nodes(job), int(job.get("NumNodes", "0").split("-")[0] or 0))
     if ended == "preempted" and not slurmctl.requeued_since(job_id, job.get("Restarts", "0")) \
             and step["action"] == "requeued":
         # preemption that does not requeue: the next attempt is a new job
         step = dict(step, action="restart", why="preemption: Slurm does not requeue the job, so the next attempt "
                                                 "is a new one" + step["why"][step["why"].find(" ("):])
-    if restart_here(rec, attempt, step, ended, watched, here, args, folder):
-        return AGAIN
     exit_code = finish_attempt(rec, attempt, step, folder, job_id, chain_id)
     if watched.proc is not None and watched.proc.poll() is None:
         attempt["exit_code"] = watched.wait_launch(TERM_WAIT_S)

@@ -50,8 +50,8 @@ def busy(dev_cluster: Any) -> Iterator[str]:
         subprocess.run(["scancel", waiting], env=dev_cluster.slurm_env(), check=False)
 
 
-def spare_job(folder: Path, name: str, *args: str) -> Path:
-    return job(folder, name, *args, step_seconds=0.3, resilience={"spare_nodes": 1})
+def spare_job(folder: Path, name: str, *args: str, spares: int = 1) -> Path:
+    return job(folder, name, *args, step_seconds=0.3, resilience={"spare_nodes": spares})
 
 
 def assert_restarted_on_the_spare(dev_cluster: Any, record: dict[str, Any], job_id: str, ended: str) -> None:
@@ -67,13 +67,15 @@ def assert_restarted_on_the_spare(dev_cluster: Any, record: dict[str, Any], job_
     assert record["final"]["exit_code"] == 0
 
 
-@pytest.mark.parametrize(("name", "plant", "ended"), [
-    ("ck-spare-segv", "0:segv:3:8", "crash"),
-    ("ck-spare-hang", "0:hang:3:8", "hang"),
+@pytest.mark.parametrize(("name", "plant", "ended", "spares"), [
+    ("ck-spare-segv", "0:segv:3:8", "crash", 1),
+    # two spares: the allocation is the whole partition, and the blamed node still leaves
+    ("ck-spare-hang", "0:hang:3:8", "hang", 2),
 ])
-def test_a_fault_restarts_in_the_same_allocation_on_the_spare(
-        dev_cluster: Any, keep_folder: Path, reference_weights: Path, name: str, plant: str, ended: str) -> None:
-    job_id = submit(dev_cluster, spare_job(keep_folder, name, "--plant", plant))
+def test_a_fault_restarts_in_the_same_allocation_on_the_spare(dev_cluster: Any, keep_folder: Path,
+                                                              reference_weights: Path, name: str, plant: str,
+                                                              ended: str, spares: int) -> None:
+    job_id = submit(dev_cluster, spare_job(keep_folder, name, "--plant", plant, spares=spares))
     training(keep_folder, job_id)
     with busy(dev_cluster):  # the partition is busy when the fault comes
         training(keep_folder, job_id, attempt=1)
