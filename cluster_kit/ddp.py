@@ -184,6 +184,32 @@ def _is_ddp(model: nn.Module) -> bool:
     return isinstance(model, DistributedDataParallel)
 
 
+def compile_target(model: nn.Module) -> nn.Module:
+    """What a compiled step hands Inductor: ``model``, or on one rank the module DDP wraps.
+
+    DDP over a process group of one rank all-reduces every gradient with itself and
+    divides it by 1: two passes over all gradients that change nothing. Compiled, it
+    costs more: dynamo splits the model at DDP's buckets so that each bucket's
+    all-reduce can start while backward goes on, which stops Inductor's fusion at
+    every split and compiles one graph per bucket, with no other rank to overlap
+    with. So on one rank the step compiles and runs ``model.module`` (calling it
+    directly leaves DDP's gradient hooks idle), unless the DDP has a communication
+    hook or DDP's mixed precision: those change the gradients even on one rank.
+    """
+    if not _is_ddp(model):
+        return model
+    group = getattr(model, "process_group", None)
+    if group is None or group.size() != 1 or getattr(model, "mixed_precision", None) is not None:
+        return model
+    try:
+        hooked = bool(getattr(model, "_comm_hooks", None)) or bool(
+            model._get_ddp_logging_data().get("comm_hook")  # type: ignore[operator]
+        )
+    except Exception:  # noqa: BLE001 - a DDP this torch describes otherwise: keep it
+        hooked = True
+    return model if hooked else model.module  # type: ignore[return-value]
+
+
 class _Snapshot:
     """Model and optimizer state taken before warm-up, restored in place after it."""
 
@@ -603,8 +629,11 @@ class GraphedStep:
     with Inductor before anything else runs; the whole step, Inductor's kernels
     included, is then captured as one graph, so a replay runs them without
     launches or torch.compile's guards. Graphed or eager, a compiled step computes
-    what the plain loop computes with ``torch.compile(model, **options)`` and
-    ``torch.compile(loss_fn, **options)`` in their places. Autocast then runs
+    what the plain loop computes with ``torch.compile(compile_target(model),
+    **options)`` and ``torch.compile(loss_fn, **options)`` in their places: the
+    model, or on one rank the module DDP wraps (:func:`compile_target`). With
+    several ranks dynamo splits the compiled model at DDP's buckets and the graph
+    holds every bucket's all-reduce where backward starts it. Autocast then runs
     without its cast cache in every step (a compiled graph casts by itself, and
     dynamo would compile again for each setting of the cache).
 
@@ -744,7 +773,7 @@ class GraphedStep:
         self.compiled = True  # the first pass compiles under the autocast of compiled steps
         error: str | None = None
         try:
-            self._forward = torch.compile(self.model, **options)
+            self._forward = torch.compile(compile_target(self.model), **options)
             self._loss = torch.compile(self.loss_fn, **options)
             self._first_compiled_pass(example_batch)
         except Exception as exc:  # noqa: BLE001 - any compile failure means: the model's own kernels

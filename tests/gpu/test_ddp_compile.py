@@ -2,12 +2,14 @@
 
 Each test trains a small causal transformer (embedding, SDPA attention, LayerNorm,
 GELU MLP, cross-entropy) for 40 steps of a real loop: warm-up + cosine LR schedule,
-bf16 autocast, clipping, 2 micro-batches a step, fused AdamW. DDP has tiny buckets,
-so dynamo splits the compiled model at bucket boundaries and the captured backward
-holds several all-reduces, as a large model's does on several ranks. The reference
-is the plain loop of SPEC "cluster_kit.ddp" with ``torch.compile(model)`` and
-``torch.compile(loss_fn)`` in their places, run eagerly; graphed and compiled must
-equal it bit for bit. Both run with ``torch.use_deterministic_algorithms(True)``:
+bf16 autocast, clipping, 2 micro-batches a step, fused AdamW. On one rank the step
+compiles the module DDP wraps (``ddp.compile_target``: DDP's sync is the identity
+there). With a communication hook (here DDP's built-in all-reduce) it compiles the
+DDP model, whose buckets are tiny, so dynamo splits the compiled model at bucket
+boundaries and the captured backward holds several all-reduces, as a large
+model's does on several ranks. The reference is the plain loop of SPEC
+"cluster_kit.ddp" with the same compiled module and ``torch.compile(loss_fn)`` in
+their places, run eagerly; graphed and compiled must equal it bit for bit. Both run with ``torch.use_deterministic_algorithms(True)``:
 without it the backward of the embedding (Inductor's atomic adds) and of the
 attention add in a varying order, and no two runs of the plain loop agree either;
 with it Inductor also picks its reduction kernels without timing them. World size
@@ -170,11 +172,25 @@ def plain_ddp(net: nn.Module) -> DistributedDataParallel:
     return DistributedDataParallel(net, device_ids=[0], bucket_cap_mb=BUCKET_MB)
 
 
-def run_reference(data: list[Batch], compiled: bool = True, cls: type[TinyGPT] = TinyGPT) -> list[Record]:
+def hook_all_reduce(model: DistributedDataParallel) -> DistributedDataParallel:
+    """DDP's built-in all-reduce as a communication hook: the step keeps DDP on one rank."""
+    model._register_builtin_comm_hook(dist.BuiltinCommHookType.ALLREDUCE)
+    return model
+
+
+def compiled_module(model: DistributedDataParallel, hooked: bool) -> Callable[..., Any]:
+    """What the user's plain loop compiles: DDP with a hook, else on one rank the module it wraps."""
+    return torch.compile(model if hooked else model.module)
+
+
+def run_reference(data: list[Batch], compiled: bool = True, cls: type[TinyGPT] = TinyGPT,
+                  hooked: bool = False) -> list[Record]:
     model = plain_ddp(make_net(cls))
+    if hooked:
+        hook_all_reduce(model)
     opt = make_optimizer(model)
     sched = warmup_cosine(opt)
-    forward, loss_fn = (torch.compile(model), torch.compile(token_loss)) if compiled else (model, token_loss)
+    forward, loss_fn = (compiled_module(model, hooked), torch.compile(token_loss)) if compiled else (model, token_loss)
     loop = PlainLoop(model, forward, loss_fn, opt)
     out = []
     for batch in data:
@@ -183,8 +199,11 @@ def run_reference(data: list[Batch], compiled: bool = True, cls: type[TinyGPT] =
     return out
 
 
-def run_built(data: list[Batch], cls: type[TinyGPT] = TinyGPT, **kwargs: Any) -> tuple[ddp.TrainingStep, list[Record]]:
+def run_built(data: list[Batch], cls: type[TinyGPT] = TinyGPT, hooked: bool = False,
+              **kwargs: Any) -> tuple[ddp.TrainingStep, list[Record]]:
     model = ddp.wrap_ddp(make_net(cls), for_capture=True, bucket_cap_mb=BUCKET_MB)
+    if hooked:
+        hook_all_reduce(model)
     opt = make_optimizer(model)
     sched = warmup_cosine(opt)
     step = ddp.build_step(model, opt, token_loss, data[0], enabled=True, autocast_dtype=torch.bfloat16,
@@ -206,14 +225,16 @@ def difference(got: list[Record], want: list[Record]) -> float:
     return worst
 
 
-def test_compiled_and_graphed_equals_the_compiled_loop_run_eagerly() -> None:
+@pytest.mark.parametrize("hooked", [False, True], ids=["one-rank-module", "ddp-with-hook"])
+def test_compiled_and_graphed_equals_the_compiled_loop_run_eagerly(hooked: bool) -> None:
     data = make_batches()
-    want = run_reference(data)
+    want = run_reference(data, hooked=hooked)
     plain = run_reference(data, compiled=False)
-    step, got = run_built(data, keep_faster=False)
+    step, got = run_built(data, hooked=hooked, keep_faster=False)
     assert step.graphed is True and step.compiled is True and step.reason is None, step.reason
     apart = difference(plain, want)
-    print(f"compiled+graphed vs compiled eager: {difference(got, want):.3g}; "
+    print(f"{'DDP with a hook' if hooked else 'one rank'}: "
+          f"compiled+graphed vs compiled eager: {difference(got, want):.3g}; "
           f"plain eager vs compiled eager: {apart:.3g}")
     assert apart > 0  # Inductor's kernels round otherwise: the comparison below can tell
     assert difference(got, want) == 0.0
@@ -244,7 +265,7 @@ def test_a_run_resumed_from_a_plain_checkpoint_is_compiled_graphed_and_equal() -
     data = make_batches()
     model = plain_ddp(make_net())
     opt = make_optimizer(model, capturable=False)
-    loop = PlainLoop(model, torch.compile(model), torch.compile(token_loss), opt)
+    loop = PlainLoop(model, compiled_module(model, False), torch.compile(token_loss), opt)
     for batch in data[:10]:
         loop(*batch)
     weights, state = copy.deepcopy(model.module.state_dict()), copy.deepcopy(opt.state_dict())
@@ -265,7 +286,7 @@ def test_a_run_resumed_from_a_plain_checkpoint_is_compiled_graphed_and_equal() -
             assert step.graphed is True and step.compiled is True, step.reason
             records.append([record(step(*batch), step.last_grad_norm, model) for batch in data[10:]])
         else:
-            loop = PlainLoop(model, torch.compile(model), torch.compile(token_loss), opt)
+            loop = PlainLoop(model, compiled_module(model, False), torch.compile(token_loss), opt)
             records.append([loop(*batch) for batch in data[10:]])
     print(f"resumed: max |compiled+graphed - compiled eager| = {difference(records[1], records[0]):.3g}")
     assert difference(records[1], records[0]) == 0.0

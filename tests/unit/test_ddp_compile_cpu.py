@@ -142,7 +142,8 @@ def same(a: Record, b: Record) -> bool:
 
 def test_a_compiled_step_equals_the_compiled_plain_loop_exactly() -> None:
     reference = make_model()
-    want = plain_loop(reference, torch.compile(reference), torch.compile(F.mse_loss))
+    # One rank: the step compiles the module DDP wraps (DDP's sync is the identity).
+    want = plain_loop(reference, torch.compile(reference.module), torch.compile(F.mse_loss))
     uncompiled = make_model()
     plain = plain_loop(uncompiled, uncompiled, F.mse_loss)
     assert not same(plain, want)  # Inductor's kernels round otherwise: the comparison can tell
@@ -188,3 +189,36 @@ def test_modes_with_cuda_graphs_of_their_own_are_refused_before_anything_runs(va
     with pytest.raises(ValueError, match="records CUDA graphs of its own"):
         built_loop(model, compile=value)
     assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before))
+
+
+def halve(state, bucket):  # type: ignore[no-untyped-def]  # DDP checks real annotations, not strings
+    """A communication hook that changes the gradients even on one rank."""
+    done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    done.set_result(bucket.buffer().mul_(0.5))
+    return done
+
+
+def test_on_one_rank_inductor_compiles_the_module_ddp_wraps_unless_a_hook_changes_gradients() -> None:
+    plain = nn.Linear(2, 2)
+    assert ddp.compile_target(plain) is plain
+    bare = make_model()
+    assert ddp.compile_target(bare) is bare.module
+    builtin = make_model()
+    builtin._register_builtin_comm_hook(dist.BuiltinCommHookType.ALLREDUCE)
+    assert ddp.compile_target(builtin) is builtin
+    hooked = make_model()
+    hooked.register_comm_hook(None, halve)
+    assert ddp.compile_target(hooked) is hooked
+
+
+def test_a_communication_hook_keeps_ddp_in_the_compiled_step() -> None:
+    reference = make_model()
+    reference.register_comm_hook(None, halve)
+    want = plain_loop(reference, torch.compile(reference), torch.compile(F.mse_loss))
+    unhooked = make_model()
+    assert not same(plain_loop(unhooked, torch.compile(unhooked.module), torch.compile(F.mse_loss)), want)
+    model = make_model()
+    model.register_comm_hook(None, halve)
+    step, got = built_loop(model, compile=True)
+    assert step.compiled is True
+    assert same(got, want)
