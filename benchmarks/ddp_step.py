@@ -572,7 +572,7 @@ def bench_config(
         return step
 
     runs = {way: build(way) for way in ways if way != "compile"}
-    times = time_steps(runs, batches, cfg.steps, repeats)
+    times = time_steps(runs, batches, cfg.steps, repeats) if repeats else {}
     del runs
     torch.cuda.empty_cache()
     if "compile" in ways:
@@ -581,7 +581,8 @@ def bench_config(
         # compiled step takes turns with a plain loop of its own, after the
         # graphs above are gone: "compile_eager" is that loop's time.
         second = {"compile_eager": build("eager"), "compile": build("compile")}
-        times.update(time_steps(second, batches, cfg.steps, repeats))
+        if repeats:
+            times.update(time_steps(second, batches, cfg.steps, repeats))
         del second
         torch._dynamo.reset()  # drop the compiled graphs and their CUDA-graph pools
         torch.cuda.empty_cache()
@@ -634,18 +635,19 @@ def facts(device: torch.device, rates: tuple[float, float] | None = None,
 def format_table(rows: list[dict[str, Any]]) -> str:
     """Per model and optimizer: each way's step time, then the ratios the ways allow."""
     ways = [w for w in (*WAYS, "compile_eager") if f"{w}_ms" in rows[0]]
+    built = [w for w in (*WAYS, "compile_eager") if f"{w}_setup_s" in rows[0]]
     ratios = [r for r in (*RATIOS, "setup_vs_compile") if r in rows[0]]
     extra = [k for k in ("kept", "kept_compiled", "compiled") if k in rows[0]]
     roofline = ["roofline_ms"] if "roofline_ms" in rows[0] else []
     multiples = [f"{w}_x_roofline" for w in ways if f"{w}_x_roofline" in rows[0]]
-    cols = ([f"{w} ms" for w in ways] + extra + ratios + [f"{w} set-up s" for w in ways]
+    cols = ([f"{w} ms" for w in ways] + extra + ratios + [f"{w} set-up s" for w in built]
             + [c.replace("_", " ") for c in roofline + multiples])
     lines = [f"{'model':<24} {'optimizer':<13} " + " ".join(f"{c:>{max(8, len(c))}}" for c in cols)]
     for r in rows:
         cells = [f"{r[f'{w}_ms']:.3f}" for w in ways]
         cells += [str(r.get(k, "-")) for k in extra]
         cells += [f"{r[name]:.3f}" if name in r else "-" for name in ratios]
-        cells += [f"{r[f'{w}_setup_s']:.2f}" if f"{w}_setup_s" in r else "-" for w in ways]
+        cells += [f"{r[f'{w}_setup_s']:.2f}" if f"{w}_setup_s" in r else "-" for w in built]
         cells += [f"{r[name]:.3f}" if name in r else "-" for name in roofline + multiples]
         lines.append(f"{r['name']:<24} {r['optimizer']:<13} "
                      + " ".join(f"{c:>{max(8, len(h))}}" for c, h in zip(cells, cols)))
@@ -655,7 +657,8 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", help="write the figures to this file")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="timed runs of each way (0: build each way and time its set-up only)")
     parser.add_argument("--only", help="run only the models whose name contains this "
                         "(comma-separated: any of them), e.g. 'gpt', 'small gpt', 'mlp'")
     parser.add_argument("--ways", help=f"comma-separated, of: {', '.join(WAYS)} (default: "

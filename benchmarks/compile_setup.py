@@ -1,0 +1,93 @@
+"""Set-up of a compiled step, cold and warm: build_step(compile=True) against the whole-step torch.compile.
+
+    PYTHONPATH=. python3 benchmarks/compile_setup.py [--only "small gpt d128,small gpt d1024"] [--json FILE]
+
+Every figure comes from a process of its own (``benchmarks/ddp_step.py --repeats 0``,
+one size, one way, fused AdamW), so no way finds another's compilations in memory:
+
+* *cold*: Inductor's and Triton's caches in a new empty folder, as on a node's
+  first start;
+* *warm*: a second process with the same folders, as a job restarted on a node
+  that ran it before (Inductor's FX-graph and AOTAutograd caches, Triton's
+  kernels; dynamo still traces anew).
+
+Set-up is ddp_step.py's: from building the step through its first 3 calls,
+synchronized at both ends (build_step's compile, warm-up, trial and capture;
+torch.compile's compiling and CUDA-graph recording). Not included: the process's
+start and ``import torch``, the same for both. The ratio is compile's set-up over
+build_step's (above 3: build_step's is under a third).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+WAYS = ("build_step_compiled", "compile")
+SIZES = ("small gpt d128", "small gpt d512", "small gpt d1024")
+SCRIPT = Path(__file__).with_name("ddp_step.py")
+
+
+def setup_seconds(size: str, way: str, cache: Path) -> tuple[float, dict[str, Any]]:
+    """One process building one way's step at one size, Inductor's caches in ``cache``."""
+    out = cache / f"{way}.json"
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
+               TRITON_CACHE_DIR=str(cache / "triton"))
+    command = [sys.executable, str(SCRIPT), "--only", size, "--impls", "fused", "--ways", way,
+               "--repeats", "0", "--rates", "none", "--json", str(out)]
+    done = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise SystemExit(f"{size} {way}: ddp_step.py failed (exit {done.returncode}):\n"
+                         f"{done.stderr[-2000:]}")
+    doc = json.loads(out.read_text())
+    facts = {k: v for k, v in doc.items() if k != "rows"}
+    return float(doc["rows"][0][f"{way}_setup_s"]), facts
+
+
+def measure(size: str) -> dict[str, Any]:
+    row: dict[str, Any] = {"name": size}
+    for way in WAYS:
+        with tempfile.TemporaryDirectory(prefix="compile-setup-") as folder:
+            cache = Path(folder)
+            row[f"{way}_cold_s"], row["facts"] = setup_seconds(size, way, cache)
+            row[f"{way}_warm_s"] = setup_seconds(size, way, cache)[0]
+    for kind in ("cold", "warm"):
+        row[f"ratio_{kind}"] = row[f"compile_{kind}_s"] / row[f"build_step_compiled_{kind}_s"]
+    return row
+
+
+def format_row(row: dict[str, Any]) -> str:
+    return (f"{row['name']:<20} {row['build_step_compiled_cold_s']:>10.1f} "
+            f"{row['build_step_compiled_warm_s']:>10.1f} {row['compile_cold_s']:>10.1f} "
+            f"{row['compile_warm_s']:>10.1f} {row['ratio_cold']:>8.2f}x {row['ratio_warm']:>8.2f}x")
+
+
+HEADER = (f"{'model':<20} {'ours cold':>10} {'ours warm':>10} {'cmp cold':>10} {'cmp warm':>10} "
+          f"{'cold':>9} {'warm':>9}   (s; ratio = compile / build_step compiled)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", default=",".join(SIZES),
+                        help="comma-separated model names of ddp_step.py (default: the three small GPTs)")
+    parser.add_argument("--json", help="write the figures to this file")
+    args = parser.parse_args()
+    sizes = [s for s in args.only.split(",") if s]
+    rows = []
+    for size in sizes:
+        rows.append(measure(size))
+        if len(rows) == 1:
+            print(json.dumps(rows[0]["facts"]), HEADER, sep="\n", flush=True)
+        print(format_row(rows[-1]), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
