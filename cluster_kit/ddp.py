@@ -35,10 +35,14 @@ Every step also reports itself to a supervised job's supervisor (:func:`heartbea
 :func:`stop_requested`, :func:`enable_supervision`, from the stdlib-only sibling
 ``supervision.py``; no-ops outside a ``resilience:`` job).
 
+Before compiling, Inductor's cache folder is made one nobody else can write
+(:func:`private_compile_cache`, by the rule of the stdlib-only ``trust.py``):
+Inductor loads the code it compiled from there.
+
 torch is imported here and nowhere else in clusterkit. The module imports no other
-clusterkit modules than those two siblings, so a trainer on a node without
+clusterkit modules than those three stdlib-only ones, so a trainer on a node without
 clusterkit installed can load it by file path (``importlib.util.spec_from_file_location``):
-the siblings are then loaded by path as well.
+they are then loaded by path as well.
 """
 
 from __future__ import annotations
@@ -63,9 +67,9 @@ from torch import nn
 def _load_sibling(name: str) -> ModuleType:
     """``cluster_kit.<name>``, or the file beside this one when this one was loaded by path."""
     if __package__:
-        from . import compile_options, supervision
+        from . import compile_options, supervision, trust
 
-        return {"supervision": supervision, "compile_options": compile_options}[name]
+        return {"supervision": supervision, "compile_options": compile_options, "trust": trust}[name]
     alias = f"_clusterkit_{name}"  # not cluster_kit.*: an installed clusterkit stays untouched
     if alias not in sys.modules:
         path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
@@ -79,6 +83,7 @@ def _load_sibling(name: str) -> ModuleType:
 
 _supervision = _load_sibling("supervision")
 _compile = _load_sibling("compile_options")
+_trust = _load_sibling("trust")
 heartbeat: Callable[[], None] = _supervision.heartbeat
 stop_requested: Callable[[], bool] = _supervision.stop_requested
 enable_supervision: Callable[[], Any] = _supervision.enable_supervision
@@ -182,6 +187,50 @@ def _is_ddp(model: nn.Module) -> bool:
     from torch.nn.parallel import DistributedDataParallel
 
     return isinstance(model, DistributedDataParallel)
+
+
+INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+
+
+def private_compile_cache(environ: Any = None, default: str | None = None) -> str | None:
+    """Make sure Inductor compiles into a folder nobody else can write; a warning, or None.
+
+    Inductor loads the code it compiled from its cache folder, ``TORCHINDUCTOR_CACHE_DIR``
+    or else ``/tmp/torchinductor_<user>``: on a node shared with other users, whoever
+    made that folder first, or can write it, would have the job run their code. That
+    folder is used only when it is a real folder of this user that group and others
+    cannot write (made so, mode 0700, when missing). Otherwise a new private folder in
+    the temporary folder takes its place, starting empty, and the returned warning
+    says why and what to do. Either way the folder used is exported in
+    ``TORCHINDUCTOR_CACHE_DIR`` (of ``environ``, default ``os.environ``), which
+    Inductor reads whenever it compiles; Triton's kernels go inside it unless
+    ``TRITON_CACHE_DIR`` says otherwise.
+    """
+    import getpass
+    import tempfile
+
+    env = os.environ if environ is None else environ
+    user = getpass.getuser()
+    path = os.path.abspath(env.get(INDUCTOR_CACHE_ENV) or default
+                           or os.path.join(tempfile.gettempdir(), f"torchinductor_{user}"))
+    try:
+        try:
+            os.makedirs(path, mode=0o700)
+        except FileExistsError:
+            pass
+        why = _trust.problem(os.lstat(path), "folder")
+    except OSError as exc:
+        why = f"cannot be made or read ({exc.strerror})"
+    if why is None:
+        env[INDUCTOR_CACHE_ENV] = path
+        return None
+    env[INDUCTOR_CACHE_ENV] = tempfile.mkdtemp(prefix=f"torchinductor_{user}_")
+    return (
+        f"Inductor's cache folder {path} {why}: compiling into the new private folder "
+        f"{env[INDUCTOR_CACHE_ENV]} instead (it starts empty, so this compile takes its full "
+        f"time); remove {path} (or have its owner remove it), or set {INDUCTOR_CACHE_ENV} "
+        "to a folder only you can write"
+    )
 
 
 def compile_target(model: nn.Module) -> nn.Module:
@@ -772,6 +821,9 @@ class GraphedStep:
         """
         self.compiled = True  # the first pass compiles under the autocast of compiled steps
         error: str | None = None
+        warning = private_compile_cache()
+        if warning:
+            _log_once(logging.WARNING, warning)
         try:
             self._forward = torch.compile(compile_target(self.model), **options)
             self._loss = torch.compile(self.loss_fn, **options)

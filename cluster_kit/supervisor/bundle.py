@@ -15,7 +15,7 @@ MODULES = ("supervisor/__init__.py", "supervisor/private.py", "supervisor/record
            "supervisor/slurmctl.py", "supervisor/launch.py", "supervisor/attempt.py", "supervisor/job.py",
            "checkpoint/interval.py", "checkpoint/store.py", "checkpoint/status.py",
            "analysis/flight_recorder.py", "analysis/rank_files.py", "analysis/faults.py", "analysis/culprit.py",
-           "slurm/outcome.py", "slurm/builders.py", "slurm/node_names.py", "hostlist.py")
+           "slurm/outcome.py", "slurm/builders.py", "slurm/node_names.py", "hostlist.py", "trust.py")
 MAIN = "import sys\nfrom cluster_kit.supervisor.job import main\nsys.exit(main())\n"
 
 

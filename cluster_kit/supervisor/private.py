@@ -11,8 +11,8 @@ with the same checks on what was opened. Anything else stops the job with an
 """
 import hashlib
 import os
-import pwd
-import stat
+
+from cluster_kit.trust import problem
 
 FIX = ("remove it (or have its owner remove it), or set `output:` to a folder only you can write, "
        "and submit again")
@@ -25,27 +25,10 @@ class Untrusted(RuntimeError):
 def check(path, st, kind):
     """Raise Untrusted unless `st` (an lstat/fstat of `path`) is a `kind` ("folder" or
     "file") of this user that group and others cannot write."""
-    is_kind = stat.S_ISDIR(st.st_mode) if kind == "folder" else stat.S_ISREG(st.st_mode)
-    if stat.S_ISLNK(st.st_mode):
-        problem = "is a symbolic link"
-    elif not is_kind:
-        problem = f"is not a {kind}"
-    elif st.st_uid != os.getuid():
-        problem = f"belongs to {user_name(st.st_uid)}, not to the job's user ({user_name(os.getuid())})"
-    elif st.st_mode & 0o022:
-        problem = f"is writable by {'group and others' if st.st_mode & 0o022 == 0o022 else 'group' if st.st_mode & 0o020 else 'others'} (mode {stat.S_IMODE(st.st_mode):04o})"
-    else:
-        return
-    raise Untrusted(f"{path} {problem}: the supervisor uses only {kind}s of the job's own user that nobody "
-                    f"else can write; {FIX}")
-
-
-def user_name(uid):
-    """`alice (uid 1001)`, or the bare uid where no account has it."""
-    try:
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except KeyError:
-        return f"uid {uid}"
+    why = problem(st, kind)
+    if why:
+        raise Untrusted(f"{path} {why}: the supervisor uses only {kind}s of the job's own user that nobody "
+                        f"else can write; {FIX}")
 
 
 def folder(path):

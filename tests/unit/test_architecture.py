@@ -46,7 +46,8 @@ STDLIB_ONLY = {
     "slurm.builders": ("cluster_kit.slurm.outcome",),
     "slurm.node_names": ("cluster_kit.slurm.builders",),
     "supervisor": (),
-    "supervisor.private": (),
+    "trust": (),
+    "supervisor.private": ("cluster_kit.trust",),
     "supervisor.record": ("cluster_kit.supervisor", "cluster_kit.supervisor.private"),
     "checkpoint.interval": (),
     "checkpoint.store": (),
@@ -74,7 +75,7 @@ STDLIB_ONLY = {
 # the names it loads lazily) stands outside the order.
 LAYERS = (
     ("errors",),  # the error classes and the one sanitizer
-    ("hostlist", "text", "supervision", "compile_options", "node"),  # stdlib leaves
+    ("hostlist", "text", "supervision", "compile_options", "trust", "node"),  # stdlib leaves
     ("checks", "analysis", "ddp", "checkpoint"),  # facts -> findings, traces -> breakdowns, the trainer's side
     ("config",),  # files -> validated profiles and jobs -> effective settings
     ("ssh",),  # paramiko: connections, fan-out

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from cluster_kit import ddp
+from cluster_kit import ddp, trust
 
 # Inductor's CPU backend writes C++ and builds it with g++ (scripts/setup installs it).
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs a C++ compiler (g++) for Inductor")
@@ -222,3 +225,66 @@ def test_a_communication_hook_keeps_ddp_in_the_compiled_step() -> None:
     step, got = built_loop(model, compile=True)
     assert step.compiled is True
     assert same(got, want)
+
+
+NOBODY = 65534
+as_root = pytest.mark.skipif(os.getuid() != 0, reason="needs root to give a folder to another user")
+
+
+def plant(where: Path, how: str) -> None:
+    """What another user, or a careless one, leaves where Inductor's cache folder goes."""
+    if how == "link":
+        (where.parent / "elsewhere").mkdir(mode=0o700)
+        where.symlink_to(where.parent / "elsewhere")
+        return
+    where.mkdir(mode=0o777 if how == "everyone-writes" else 0o755)
+    os.chmod(where, 0o777 if how == "everyone-writes" else 0o755)
+    if how == "another-user":
+        os.chown(where, NOBODY, NOBODY)
+
+
+@pytest.mark.parametrize("how", [pytest.param("another-user", marks=as_root), "everyone-writes", "link"])
+def test_an_inductor_cache_folder_someone_else_could_write_is_replaced_with_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str,
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    planted = tmp_path / "torchinductor_me"
+    plant(planted, how)
+    env: dict[str, str] = {}
+    warning = ddp.private_compile_cache(env, default=str(planted))
+    used = Path(env[ddp.INDUCTOR_CACHE_ENV])
+    assert used != planted and used.parent == tmp_path and used.name.startswith("torchinductor_")
+    assert (used.stat().st_mode & 0o777) == 0o700 and used.stat().st_uid == os.getuid()
+    assert warning is not None and warning.startswith(f"Inductor's cache folder {planted} ")
+    assert {"another-user": f"belongs to {trust.user_name(NOBODY)}",
+            "everyone-writes": "is writable by group and others (mode 0777)",
+            "link": "is a symbolic link"}[how] in warning
+    assert f"compiling into the new private folder {used} instead" in warning
+    assert f"remove {planted}" in warning and "set TORCHINDUCTOR_CACHE_DIR" in warning
+
+
+def test_an_own_private_inductor_cache_folder_is_made_or_kept_and_exported(tmp_path: Path) -> None:
+    folder = tmp_path / "cache" / "inductor"
+    env: dict[str, str] = {}
+    assert ddp.private_compile_cache(env, default=str(folder)) is None
+    assert env[ddp.INDUCTOR_CACHE_ENV] == str(folder) and (folder.stat().st_mode & 0o777) == 0o700
+    (folder / "kept").write_text("")
+    assert ddp.private_compile_cache(env) is None  # the exported folder, checked again
+    assert env[ddp.INDUCTOR_CACHE_ENV] == str(folder) and (folder / "kept").exists()
+
+
+@as_root
+def test_a_compile_never_writes_or_reads_a_cache_folder_planted_by_another_user(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    planted = tmp_path / "planted"
+    plant(planted, "another-user")
+    monkeypatch.setenv(ddp.INDUCTOR_CACHE_ENV, str(planted))
+    with caplog.at_level("WARNING", logger="cluster_kit.ddp"):
+        step, _ = built_loop(make_model(), compile=True)
+    assert step.compiled is True
+    used = Path(os.environ[ddp.INDUCTOR_CACHE_ENV])
+    assert used != planted and any(used.iterdir())  # Inductor's kernels went to the private folder
+    assert not any(planted.iterdir())
+    assert f"Inductor's cache folder {planted} belongs to" in caplog.text

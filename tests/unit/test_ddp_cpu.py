@@ -162,6 +162,7 @@ def test_module_loads_by_file_path_without_clusterkit() -> None:
         "assert mod.heartbeat.__module__ == '_clusterkit_supervision'\n"
         "assert mod.compile_options(True) == {} and mod.ENV_COMPILE == 'CLUSTERKIT_CUDA_GRAPHS_COMPILE'\n"
         "assert mod.compile_options.__module__ == '_clusterkit_compile_options'\n"
+        "assert mod._trust.__name__ == '_clusterkit_trust' and mod._trust.problem\n"
         "print(sorted(k for k in sys.modules if k.startswith('cluster_kit')))\n"
     )
     out = subprocess.run(
