@@ -210,7 +210,10 @@ def private_compile_cache(environ: Any = None, default: str | None = None) -> st
     import tempfile
 
     env = os.environ if environ is None else environ
-    user = getpass.getuser()
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # a container's uid without an account, as torch names it then
+        user = f"uid_{os.getuid()}"
     path = os.path.abspath(env.get(INDUCTOR_CACHE_ENV) or default
                            or os.path.join(tempfile.gettempdir(), f"torchinductor_{user}"))
     try:

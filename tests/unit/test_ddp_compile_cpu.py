@@ -288,3 +288,21 @@ def test_a_compile_never_writes_or_reads_a_cache_folder_planted_by_another_user(
     assert used != planted and any(used.iterdir())  # Inductor's kernels went to the private folder
     assert not any(planted.iterdir())
     assert f"Inductor's cache folder {planted} belongs to" in caplog.text
+
+
+
+def test_a_user_without_an_account_gets_a_cache_folder_named_by_uid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A container may run the job as a uid that has no account: no name for the folder's."""
+    import getpass
+
+    def no_account() -> str:
+        raise KeyError(f"getpwuid(): uid not found: {os.getuid()}")
+
+    monkeypatch.setattr(getpass, "getuser", no_account)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    env: dict[str, str] = {}
+    assert ddp.private_compile_cache(env) is None
+    folder = tmp_path / f"torchinductor_uid_{os.getuid()}"
+    assert env[ddp.INDUCTOR_CACHE_ENV] == str(folder) and (folder.stat().st_mode & 0o777) == 0o700
