@@ -87,8 +87,8 @@ def make_model(graph_break: bool = False) -> DistributedDataParallel:
     return DistributedDataParallel(BreakingNet() if graph_break else Net())
 
 
-def make_batches() -> list[Batch]:
-    gen = torch.Generator().manual_seed(1)
+def make_batches(seed: int = 1) -> list[Batch]:
+    gen = torch.Generator().manual_seed(seed)
     return [(torch.randn(K, 6, 8, generator=gen), torch.randn(K, 6, 4, generator=gen))
             for _ in range(STEPS)]
 
@@ -103,12 +103,12 @@ Record = tuple[list[float], list[torch.Tensor]]
 
 
 def plain_loop(model: DistributedDataParallel, forward: Callable[..., Any],
-               loss_fn: Callable[..., Any]) -> Record:
+               loss_fn: Callable[..., Any], seed: int = 1) -> Record:
     """SPEC's plain loop with `forward` and `loss_fn`, as a user writes it."""
     opt, sched = make_optimizer(model)
     torch.manual_seed(2)
     losses = []
-    for inputs, targets in make_batches():
+    for inputs, targets in make_batches(seed):
         total = torch.zeros(())
         for i in range(K):
             sync = model.no_sync() if i < K - 1 else contextlib.nullcontext()
@@ -125,9 +125,10 @@ def plain_loop(model: DistributedDataParallel, forward: Callable[..., Any],
     return losses, [p.detach().clone() for p in model.parameters()] + list(model.buffers())
 
 
-def built_loop(model: DistributedDataParallel, **kwargs: Any) -> tuple[ddp.TrainingStep, Record]:
+def built_loop(model: DistributedDataParallel, seed: int = 1,
+               **kwargs: Any) -> tuple[ddp.TrainingStep, Record]:
     opt, sched = make_optimizer(model)
-    data = make_batches()
+    data = make_batches(seed)
     torch.manual_seed(2)  # before build_step: its first compiled pass must give back what it drew
     step = ddp.build_step(model, opt, F.mse_loss, data[0], enabled=False,
                           autocast_dtype=torch.bfloat16, max_grad_norm=MAX_NORM,
@@ -306,3 +307,36 @@ def test_a_user_without_an_account_gets_a_cache_folder_named_by_uid(
     assert ddp.private_compile_cache(env) is None
     folder = tmp_path / f"torchinductor_uid_{os.getuid()}"
     assert env[ddp.INDUCTOR_CACHE_ENV] == str(folder) and (folder.stat().st_mode & 0o777) == 0o700
+
+
+def two_ranks_train(rank: int, store: str) -> None:
+    """One rank of two (gloo): the compiled step keeps DDP and equals the plain compiled loop."""
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        torch._dynamo.reset()
+        reference = make_model()
+        want = plain_loop(reference, torch.compile(reference), torch.compile(F.mse_loss), seed=1 + rank)
+        model = make_model()
+        assert ddp.compile_target(model) is model  # two ranks: DDP's all-reduce matters
+        step, got = built_loop(model, seed=1 + rank, compile=True)
+        assert step.compiled is True and same(got, want)
+        mine = torch.cat([p.detach().flatten() for p in model.parameters()])
+        theirs = [torch.zeros_like(mine) for _ in range(2)]
+        dist.all_gather(theirs, mine)
+        assert torch.equal(theirs[0], theirs[1])  # each rank's own batches, the same weights
+    finally:
+        dist.destroy_process_group()
+
+
+def test_on_two_ranks_the_compiled_step_keeps_ddp_and_equals_the_compiled_loop(tmp_path: Path) -> None:
+    import multiprocessing
+
+    spawn = multiprocessing.get_context("spawn")
+    ranks = [spawn.Process(target=two_ranks_train, args=(rank, str(tmp_path / "store"))) for rank in range(2)]
+    for process in ranks:
+        process.start()
+    for process in ranks:
+        process.join(240)
+        if process.is_alive():
+            process.kill()
+    assert [p.exitcode for p in ranks] == [0, 0], "a rank failed: see its stderr above"
