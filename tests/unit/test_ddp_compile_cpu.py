@@ -238,8 +238,8 @@ def plant(where: Path, how: str) -> None:
         (where.parent / "elsewhere").mkdir(mode=0o700)
         where.symlink_to(where.parent / "elsewhere")
         return
-    where.mkdir(mode=0o777 if how == "everyone-writes" else 0o755)
-    os.chmod(where, 0o777 if how == "everyone-writes" else 0o755)
+    where.mkdir()
+    os.chmod(where, 0o777 if how == "everyone-writes" else 0o755)  # mkdir's mode passes the umask
     if how == "another-user":
         os.chown(where, NOBODY, NOBODY)
 
@@ -275,7 +275,7 @@ def test_an_own_private_inductor_cache_folder_is_made_or_kept_and_exported(tmp_p
 
 
 @as_root
-def test_a_compile_never_writes_or_reads_a_cache_folder_planted_by_another_user(
+def test_a_compile_never_writes_into_a_cache_folder_planted_by_another_user(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
@@ -289,7 +289,6 @@ def test_a_compile_never_writes_or_reads_a_cache_folder_planted_by_another_user(
     assert used != planted and any(used.iterdir())  # Inductor's kernels went to the private folder
     assert not any(planted.iterdir())
     assert f"Inductor's cache folder {planted} belongs to" in caplog.text
-
 
 
 def test_a_user_without_an_account_gets_a_cache_folder_named_by_uid(
