@@ -262,6 +262,83 @@ def compile_target(model: nn.Module) -> nn.Module:
     return model if hooked else model.module  # type: ignore[return-value]
 
 
+def repeated_blocks(model: nn.Module) -> list[nn.Module]:
+    """The longest run of blocks of one class in one ``nn.ModuleList`` or ``nn.Sequential``.
+
+    Blocks are modules with modules of their own (a transformer's layers, not a
+    Sequential's Linear layers); fewer than two: none (``[]``).
+    """
+    best: list[nn.Module] = []
+    for module in model.modules():
+        if not isinstance(module, (nn.ModuleList, nn.Sequential)):
+            continue
+        children = list(module.children())
+        kind = type(children[0]) if children else None
+        if (len(children) >= 2 and len(children) > len(best)
+                and all(type(child) is kind for child in children)
+                and not isinstance(children[0], (nn.ModuleList, nn.Sequential))
+                and next(children[0].children(), None) is not None):
+            best = children
+    return best
+
+
+class _Regions:
+    """Each repeated block's forward compiled once, opaque to the compile around it.
+
+    Inside the context every block's ``forward`` is the compiled one behind
+    ``torch.compiler.disable``: the compiled model around the blocks breaks its
+    graph at each of them instead of tracing all of them again, and dynamo reuses
+    one compiled block for all (their code is the same; the parameters are inputs).
+    The same function objects come back every time, so dynamo's guards on them hold.
+    Outside it the model is as it was (a copy of it, or a call outside the step,
+    runs its own forward).
+    """
+
+    def __init__(self, blocks: list[nn.Module], options: dict[str, Any]) -> None:
+        self.forwards: dict[nn.Module, Callable[..., Any]] = {}
+        for block in blocks:
+            compiled = torch.compile(block.forward, **options)
+
+            def forward(*args: Any, _compiled: Callable[..., Any] = compiled, **kwargs: Any) -> Any:
+                return _compiled(*args, **kwargs)
+
+            self.forwards[block] = torch.compiler.disable(forward, recursive=False)
+
+    def __enter__(self) -> None:
+        for block, forward in self.forwards.items():
+            block.forward = forward  # type: ignore[method-assign]
+
+    def __exit__(self, *exc: object) -> None:
+        for block in self.forwards:
+            vars(block).pop("forward", None)
+
+
+def compile_model(model: nn.Module, **options: Any) -> Callable[..., Any]:
+    """The model as a compiled step runs it: Inductor's kernels for all of it, each block compiled once.
+
+    Compiles :func:`compile_target` (``model``, or on one rank the module DDP
+    wraps) with ``torch.compile(**options)``. Where the model repeats a block
+    (:func:`repeated_blocks`: a transformer's layers) the block is compiled once and
+    used for all of them, and the rest of the model is compiled around them: a
+    model of N blocks compiles in about the time of a model of one, and a captured
+    step replays the graph breaks at the blocks at no cost. ``fullgraph=True``
+    compiles the model as one graph (a graph break is then an error). The plain
+    loop that a compiled step computes exactly calls this in the model's place.
+    """
+    target = compile_target(model)
+    compiled = torch.compile(target, **options)
+    blocks = [] if options.get("fullgraph") else repeated_blocks(target)
+    if not blocks:
+        return compiled
+    regions = _Regions(blocks, options)
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        with regions:
+            return compiled(*args, **kwargs)
+
+    return forward
+
+
 class _Snapshot:
     """Model and optimizer state taken before warm-up, restored in place after it."""
 
@@ -681,9 +758,10 @@ class GraphedStep:
     with Inductor before anything else runs; the whole step, Inductor's kernels
     included, is then captured as one graph, so a replay runs them without
     launches or torch.compile's guards. Graphed or eager, a compiled step computes
-    what the plain loop computes with ``torch.compile(compile_target(model),
-    **options)`` and ``torch.compile(loss_fn, **options)`` in their places: the
-    model, or on one rank the module DDP wraps (:func:`compile_target`). With
+    what the plain loop computes with ``compile_model(model, **options)`` and
+    ``torch.compile(loss_fn, **options)`` in their places: the model, or on one
+    rank the module DDP wraps (:func:`compile_target`), each repeated block
+    compiled once (:func:`compile_model`). With
     several ranks dynamo splits the compiled model at DDP's buckets and the graph
     holds every bucket's all-reduce where backward starts it. Autocast then runs
     without its cast cache in every step (a compiled graph casts by itself, and
@@ -828,7 +906,7 @@ class GraphedStep:
         if warning:
             _log_once(logging.WARNING, warning)
         try:
-            self._forward = torch.compile(compile_target(self.model), **options)
+            self._forward = compile_model(self.model, **options)
             self._loss = torch.compile(self.loss_fn, **options)
             self._first_compiled_pass(example_batch)
         except Exception as exc:  # noqa: BLE001 - any compile failure means: the model's own kernels

@@ -8,8 +8,9 @@ there). With a communication hook (here DDP's built-in all-reduce) it compiles t
 DDP model, whose buckets are tiny, so dynamo splits the compiled model at bucket
 boundaries and the captured backward holds several all-reduces, as a large
 model's does on several ranks. The reference is the plain loop of SPEC
-"cluster_kit.ddp" with the same compiled module and ``torch.compile(loss_fn)`` in
-their places, run eagerly; graphed and compiled must equal it bit for bit. Both run with ``torch.use_deterministic_algorithms(True)``:
+"cluster_kit.ddp" with the same compiled module (``ddp.compile_model``: the
+model compiled around its two blocks, compiled once for both) and
+``torch.compile(loss_fn)`` in their places, run eagerly; graphed and compiled must equal it bit for bit. Both run with ``torch.use_deterministic_algorithms(True)``:
 without it the backward of the embedding (Inductor's atomic adds) and of the
 attention add in a varying order, and no two runs of the plain loop agree either;
 with it Inductor also picks its reduction kernels without timing them. World size
@@ -179,8 +180,10 @@ def hook_all_reduce(model: DistributedDataParallel) -> DistributedDataParallel:
 
 
 def compiled_module(model: DistributedDataParallel, hooked: bool) -> Callable[..., Any]:
-    """What the user's plain loop compiles: DDP with a hook, else on one rank the module it wraps."""
-    return torch.compile(model if hooked else model.module)
+    """What the user's plain loop compiles: DDP with a hook, else on one rank the module it wraps,
+    each of its two blocks by one compiled block (ddp.compile_model)."""
+    assert ddp.compile_target(model) is (model if hooked else model.module)
+    return ddp.compile_model(model)
 
 
 def run_reference(data: list[Batch], compiled: bool = True, cls: type[TinyGPT] = TinyGPT,

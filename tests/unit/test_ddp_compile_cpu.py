@@ -2,13 +2,15 @@
 
 Graph capture needs CUDA, so here the compiled step runs eagerly; it must compute
 exactly what the plain loop of SPEC "cluster_kit.ddp" computes with
-``torch.compile(model)`` and ``torch.compile(loss_fn)`` in their places, and a
+``ddp.compile_model(model)`` (``torch.compile`` of the model, each repeated block
+compiled once) and ``torch.compile(loss_fn)`` in their places, and a
 compile that fails must leave the model's own kernels with the reason.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import os
 import shutil
@@ -82,9 +84,34 @@ class BreakingNet(Net):
         return self.b(self.drop(self.norm(h)))
 
 
-def make_model(graph_break: bool = False) -> DistributedDataParallel:
+class Layer(nn.Module):
+    """A residual block with pointwise work in bf16 that Inductor fuses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(8)
+        self.a = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(self.norm(x))
+        return x + F.gelu(h) * 1.7 + torch.tanh(h) * 0.3
+
+
+class Stack(Net):
+    """Net with a run of repeated blocks before its head: compiled as regions."""
+
+    def __init__(self, depth: int = 3) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.full((8,), 2.0))
+        self.blocks = nn.Sequential(*[Layer() for _ in range(depth)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(self.blocks(x * self.scale))
+
+
+def make_model(graph_break: bool = False, cls: type[Net] | None = None) -> DistributedDataParallel:
     torch.manual_seed(0)
-    return DistributedDataParallel(BreakingNet() if graph_break else Net())
+    return DistributedDataParallel((cls or (BreakingNet if graph_break else Net))())
 
 
 def make_batches(seed: int = 1) -> list[Batch]:
@@ -308,21 +335,32 @@ def test_a_user_without_an_account_gets_a_cache_folder_named_by_uid(
     assert env[ddp.INDUCTOR_CACHE_ENV] == str(folder) and (folder.stat().st_mode & 0o777) == 0o700
 
 
+def two_ranks_check(rank: int) -> None:
+    """The compiled step keeps DDP and equals the plain loop over compile_model, on this rank."""
+    torch._dynamo.reset()
+    # Repeated blocks: DDP compiled around blocks compiled once (ddp.compile_model).
+    reference = make_model(cls=Stack)
+    want = plain_loop(reference, ddp.compile_model(reference), torch.compile(F.mse_loss), seed=1 + rank)
+    model = make_model(cls=Stack)
+    assert ddp.compile_target(model) is model  # two ranks: DDP's all-reduce matters
+    step, got = built_loop(model, seed=1 + rank, compile=True)
+    assert step.compiled is True and same(got, want)
+    mine = torch.cat([p.detach().flatten() for p in model.parameters()])
+    theirs = [torch.zeros_like(mine) for _ in range(2)]
+    dist.all_gather(theirs, mine)
+    assert torch.equal(theirs[0], theirs[1])  # each rank's own batches, the same weights
+
+
 def two_ranks_train(rank: int, store: str) -> None:
-    """One rank of two (gloo): the compiled step keeps DDP and equals the plain compiled loop."""
+    """One rank of two (gloo). The step, its DDP and the compiled code that hold the
+    process group are freed before the group is destroyed: a group a DDP still holds
+    lives on to the interpreter's exit, where gloo's threads can abort it."""
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     try:
+        two_ranks_check(rank)
         torch._dynamo.reset()
-        reference = make_model()
-        want = plain_loop(reference, torch.compile(reference), torch.compile(F.mse_loss), seed=1 + rank)
-        model = make_model()
-        assert ddp.compile_target(model) is model  # two ranks: DDP's all-reduce matters
-        step, got = built_loop(model, seed=1 + rank, compile=True)
-        assert step.compiled is True and same(got, want)
-        mine = torch.cat([p.detach().flatten() for p in model.parameters()])
-        theirs = [torch.zeros_like(mine) for _ in range(2)]
-        dist.all_gather(theirs, mine)
-        assert torch.equal(theirs[0], theirs[1])  # each rank's own batches, the same weights
+        gc.collect()
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
@@ -339,3 +377,65 @@ def test_on_two_ranks_the_compiled_step_keeps_ddp_and_equals_the_compiled_loop(t
         if process.is_alive():
             process.kill()
     assert [p.exitcode for p in ranks] == [0, 0], "a rank failed: see its stderr above"
+
+
+def test_the_longest_run_of_one_block_class_is_the_models_repeated_blocks() -> None:
+    stack = Stack(depth=4)
+    assert ddp.repeated_blocks(stack) == list(stack.blocks)
+    # A Sequential of layers without modules of their own (Linear, GELU) repeats no block.
+    assert ddp.repeated_blocks(nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8))) == []
+    assert ddp.repeated_blocks(Net()) == []
+    assert ddp.repeated_blocks(nn.ModuleList([Layer(), Net()])) == []  # two classes: no run
+
+
+class CountingBackend:
+    """A torch.compile backend that runs each graph as traced and counts them."""
+
+    def __init__(self) -> None:
+        self.graphs = 0
+
+    def __call__(self, gm: torch.fx.GraphModule, inputs: Any) -> Callable[..., Any]:
+        self.graphs += 1
+        return gm.forward
+
+
+@pytest.mark.parametrize("depth", [2, 5])
+def test_each_repeated_block_is_compiled_once_and_the_rest_around_them(depth: int) -> None:
+    torch.manual_seed(0)
+    model = Stack(depth)
+    x = torch.randn(6, 8)
+    model.eval()  # dropout off: the compiled model's output can be compared with the model's
+    backend = CountingBackend()
+    forward = ddp.compile_model(model, backend=backend)
+    assert torch.equal(forward(x), model(x))
+    # Before the blocks, one block for all of them, after them: 3 graphs at any depth.
+    assert backend.graphs == 3
+    assert all("forward" not in vars(block) for block in model.blocks)  # the model as it was
+    whole = CountingBackend()
+    torch._dynamo.reset()
+    assert torch.equal(ddp.compile_model(model, backend=whole, fullgraph=True)(x), model(x))
+    assert whole.graphs == 1
+
+
+def test_a_copy_of_a_model_compiled_by_regions_runs_its_own_parameters() -> None:
+    model = Stack().eval()
+    forward = ddp.compile_model(model, backend=CountingBackend())
+    x = torch.randn(6, 8)
+    before = forward(x)
+    import copy
+
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.mul_(0.5)
+    assert not torch.equal(twin(x), before)
+    assert torch.equal(forward(x), before)
+
+
+def test_a_compiled_step_with_repeated_blocks_equals_the_plain_loop_over_compile_model() -> None:
+    reference = make_model(cls=Stack)
+    want = plain_loop(reference, ddp.compile_model(reference), torch.compile(F.mse_loss))
+    uncompiled = make_model(cls=Stack)
+    assert not same(plain_loop(uncompiled, uncompiled, F.mse_loss), want)  # the comparison can tell
+    step, got = built_loop(make_model(cls=Stack), compile=True)
+    assert step.compiled is True and same(got, want)
