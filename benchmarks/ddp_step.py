@@ -41,7 +41,9 @@ Set-up (``<way>_setup_s``, the ``set-up s`` columns): wall time from building a
 way's step (build_step's capture and trial, the hand graph's warm-up and
 capture, torch.compile's compiling and CUDA-graph recording) through its first
 3 calls, synchronized at both ends; the first way built also pays one-time
-CUDA library start-up.
+CUDA library start-up. Of it, ``<way>_compiler_s``: the time dynamo and Inductor
+report for compiling (forward and backward, Triton's kernels included; from
+``torch._dynamo.utils.compile_times``).
 
 Roofline (``roofline_ms``, and ``<way>_x_roofline`` = the way's ms / it): the
 model's matmul FLOPs (``Config.flops_per_step``) at the GPU's bf16 matrix rate,
@@ -449,6 +451,14 @@ def _compiled(cfg: Config, device: torch.device, impl: str, whole: bool) -> Step
 
 
 SETUP_CALLS = 3  # set-up: building the step and its first calls, synchronized
+# compile_times' outermost timers: a frame's compile (forward, Inductor's included), a backward's.
+COMPILER_TIMERS = ("_compile.compile_inner", "backward._backward_impl")
+
+
+def compiler_seconds() -> float:
+    """Seconds dynamo and Inductor have spent compiling in this process so far."""
+    names, values = torch._dynamo.utils.compile_times(repr="csv", aggregate=True)
+    return sum(float(v) for n, v in zip(names, values) if n in COMPILER_TIMERS)
 
 
 def time_steps(
@@ -547,11 +557,12 @@ def bench_config(
     kept_compiled = None
     compiled = None
     setup_s: dict[str, float] = {}
+    compiler_s: dict[str, float] = {}
 
     def build(way: str) -> StepFn:
         nonlocal kept_step, kept_compiled, compiled
         torch.cuda.synchronize(device)
-        start = time.perf_counter()
+        start, compiled_before = time.perf_counter(), compiler_seconds()
         if way == "compile":
             step, compiled = compiled_step(cfg, device, impl, example, compile_scope)
         elif way == "build_step":
@@ -569,6 +580,7 @@ def bench_config(
             step(*batches[i % len(batches)])
         torch.cuda.synchronize(device)
         setup_s.setdefault(way, time.perf_counter() - start)
+        compiler_s.setdefault(way, compiler_seconds() - compiled_before)
         return step
 
     runs = {way: build(way) for way in ways if way != "compile"}
@@ -593,6 +605,7 @@ def bench_config(
         **{f"{name}_ms": m for name, m in med.items()},
         **{f"{name}_ms_all": t for name, t in times.items()},
         **{f"{name}_setup_s": t for name, t in setup_s.items()},
+        **{f"{name}_compiler_s": t for name, t in compiler_s.items() if t},
         **{name: med[a] / med[b] for name, (a, b) in RATIOS.items() if a in med and b in med},
     }
     if kept_step is not None:
