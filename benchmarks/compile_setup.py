@@ -91,8 +91,8 @@ def main() -> None:
         if len(rows) == 1:
             print(json.dumps(rows[0]["facts"]), HEADER, sep="\n", flush=True)
         print(format_row(rows[-1]), flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows}, indent=2))
+        if args.json:  # after every size: a run cut short keeps what it measured
+            Path(args.json).write_text(json.dumps({"rows": rows}, indent=2))
 
 
 if __name__ == "__main__":
