@@ -27,7 +27,8 @@ runs the same step eagerly and says why in ``reason`` (logged once).
 
 With ``compile=`` (or ``CLUSTERKIT_CUDA_GRAPHS_COMPILE``, from a job file's
 ``cuda_graphs: {compile: ...}``) the model and the loss are compiled by Inductor
-first and their kernels captured with the rest of the step; the options' rules
+first (:func:`compile_model`: a model's repeated blocks compiled once) and their
+kernels captured with the rest of the step; the options' rules
 are the stdlib-only sibling ``compile_options.py``'s, which the job file's
 validator shares.
 
@@ -319,9 +320,9 @@ def compile_model(model: nn.Module, **options: Any) -> Callable[..., Any]:
     Compiles :func:`compile_target` (``model``, or on one rank the module DDP
     wraps) with ``torch.compile(**options)``. Where the model repeats a block
     (:func:`repeated_blocks`: a transformer's layers) the block is compiled once and
-    used for all of them, and the rest of the model is compiled around them: a
-    model of N blocks compiles in about the time of a model of one, and a captured
-    step replays the graph breaks at the blocks at no cost. ``fullgraph=True``
+    used for all of them, and the rest of the model is compiled around them: what
+    is compiled does not grow with the number of blocks, and a captured step
+    replays the graph breaks at the blocks at no cost. ``fullgraph=True``
     compiles the model as one graph (a graph break is then an error). The plain
     loop that a compiled step computes exactly calls this in the model's place.
     """

@@ -404,8 +404,9 @@ DESCRIPTIONS: dict[str, str] = {
                                 "(torch.compile's defaults), a mode, or torch.compile's arguments."),
     "job.cuda_graphs.compile.mode": ("default or max-autotune-no-cudagraphs; modes that record CUDA graphs "
                                      "themselves (reduce-overhead, max-autotune) cannot nest in the step's graph."),
-    "job.cuda_graphs.compile.fullgraph": "torch.compile's fullgraph: a graph break is an error (and the step "
-                                         "falls back to the model's own kernels).",
+    "job.cuda_graphs.compile.fullgraph": ("torch.compile's fullgraph: the model compiled as one graph, its "
+                                          "repeated blocks too; a graph break is an error (and the step falls "
+                                          "back to the model's own kernels)."),
     "job.cuda_graphs.compile.dynamic": "torch.compile's dynamic: false compiles for the captured shapes only.",
     "job.cuda_graphs.compile.options": ("Inductor settings by name (torch.compile's options), e.g. "
                                         "{coordinate_descent_tuning: true}; not together with mode."),
