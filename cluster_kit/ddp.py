@@ -306,12 +306,17 @@ class _Regions:
             self.forwards[block] = torch.compiler.disable(forward, recursive=False)
 
     def __enter__(self) -> None:
+        # A forward set on the block itself (not its class's) is put back on exit.
+        self._own = {block: vars(block).get("forward") for block in self.forwards}
         for block, forward in self.forwards.items():
             block.forward = forward  # type: ignore[method-assign]
 
     def __exit__(self, *exc: object) -> None:
-        for block in self.forwards:
-            vars(block).pop("forward", None)
+        for block, own in self._own.items():
+            if own is None:
+                vars(block).pop("forward", None)
+            else:
+                block.forward = own  # type: ignore[method-assign]
 
 
 def compile_model(model: nn.Module, **options: Any) -> Callable[..., Any]:

@@ -417,6 +417,16 @@ def test_each_repeated_block_is_compiled_once_and_the_rest_around_them(depth: in
     assert whole.graphs == 1
 
 
+def test_a_forward_set_on_a_block_itself_is_put_back_after_the_compiled_model_runs() -> None:
+    model = Stack().eval()
+    first = model.blocks[0]
+    own = first.forward  # a bound method, set on the block as a hook library would
+    first.forward = own  # type: ignore[method-assign]
+    ddp.compile_model(model, backend=CountingBackend())(torch.randn(6, 8))
+    assert vars(first)["forward"] == own
+    assert all("forward" not in vars(block) for block in model.blocks[1:])
+
+
 def test_a_copy_of_a_model_compiled_by_regions_runs_its_own_parameters() -> None:
     model = Stack().eval()
     forward = ddp.compile_model(model, backend=CountingBackend())
