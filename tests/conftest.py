@@ -44,3 +44,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.outcome = "failed"
         report.longrepr = f"skipped on CI, where scripts/setup provides it: {reason}"
 
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that use the dev cluster get the ``dev_cluster`` mark: scripts/test runs
+    them one after another, and all others beside them (``-m "not dev_cluster"``)."""
+    for item in items:
+        if "dev_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.dev_cluster)
