@@ -11,14 +11,20 @@ one size, one way, fused AdamW), so no way finds another's compilations in memor
   that ran it before (Inductor's FX-graph and AOTAutograd caches, Triton's
   kernels; dynamo still traces anew).
 
+Before the timed way each process pays, alike for both ways, what any process
+pays once whichever way it takes: it builds the plain eager step (``--ways
+eager,<way>``: CUDA's, cuBLAS's and NCCL's first use; *eager s*) and compiles a
+small function (``--first-compile``: the start of dynamo, Inductor, Triton and
+Inductor's compile workers; *first compile s*, cold and warm).
+
 Set-up is ddp_step.py's: from building the step through its first 3 calls,
 synchronized at both ends (build_step's compile, warm-up, trial and capture;
-torch.compile's compiling and CUDA-graph recording). Not included: the process's
-start and ``import torch``, the same for both. The ratio is compile's set-up over
-build_step's (above 3: build_step's is under a third). In brackets, the part of
-each set-up that dynamo and Inductor report as compiling (``ddp_step.py``'s
-``<way>_compiler_s``); the rest is tracing outside their timers, loading, warm-up,
-capture and CUDA-graph recording.
+torch.compile's compiling and CUDA-graph recording). The ratio is compile's
+set-up over build_step's (above 3: build_step's is under a third); the second
+ratio adds to each the process's first compile, as a fresh process pays it. In
+brackets, the part of each set-up that dynamo and Inductor report as compiling
+(``ddp_step.py``'s ``<way>_compiler_s``); the rest is tracing outside their
+timers, loading, warm-up, capture and CUDA-graph recording.
 """
 
 from __future__ import annotations
@@ -33,49 +39,61 @@ from pathlib import Path
 from typing import Any
 
 WAYS = ("build_step_compiled", "compile")
+KINDS = ("cold", "warm")
 SIZES = ("small gpt d128", "small gpt d512", "small gpt d1024")
 SCRIPT = Path(__file__).with_name("ddp_step.py")
 
 
-def setup_seconds(size: str, way: str, cache: Path) -> tuple[float, float, dict[str, Any]]:
+def run_process(size: str, way: str, cache: Path) -> dict[str, Any]:
     """One process building one way's step at one size, Inductor's caches in ``cache``:
-    set-up and compiling seconds, and the facts of the run."""
+    its set-up and compiling seconds, and what it paid before (eager, first compile)."""
     out = cache / f"{way}.json"
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
                TRITON_CACHE_DIR=str(cache / "triton"))
-    command = [sys.executable, str(SCRIPT), "--only", size, "--impls", "fused", "--ways", way,
-               "--repeats", "0", "--rates", "none", "--json", str(out)]
+    command = [sys.executable, str(SCRIPT), "--only", size, "--impls", "fused", "--ways", f"eager,{way}",
+               "--first-compile", "--repeats", "0", "--rates", "none", "--json", str(out)]
     done = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         raise SystemExit(f"{size} {way}: ddp_step.py failed (exit {done.returncode}):\n"
                          f"{done.stderr[-2000:]}")
     doc = json.loads(out.read_text())
-    facts = {k: v for k, v in doc.items() if k != "rows"}
-    row = doc["rows"][0]
-    return float(row[f"{way}_setup_s"]), float(row.get(f"{way}_compiler_s", 0.0)), facts
+    row = doc.pop("rows")[0]
+    return {"setup_s": float(row[f"{way}_setup_s"]), "compiler_s": float(row.get(f"{way}_compiler_s", 0.0)),
+            "eager_s": float(row["eager_setup_s"]), "first_compile_s": float(doc.pop("first_compile_s")),
+            "facts": doc}
 
 
 def measure(size: str) -> dict[str, Any]:
     row: dict[str, Any] = {"name": size}
     for way in WAYS:
         with tempfile.TemporaryDirectory(prefix="compile-setup-") as folder:
-            cache = Path(folder)
-            row[f"{way}_cold_s"], row[f"{way}_cold_compiler_s"], row["facts"] = setup_seconds(size, way, cache)
-            row[f"{way}_warm_s"], row[f"{way}_warm_compiler_s"], _ = setup_seconds(size, way, cache)
-    for kind in ("cold", "warm"):
-        row[f"ratio_{kind}"] = row[f"compile_{kind}_s"] / row[f"build_step_compiled_{kind}_s"]
+            for kind in KINDS:  # warm: the second process on the cold one's folders
+                got = run_process(size, way, Path(folder))
+                row["facts"] = got.pop("facts")
+                row.update({f"{way}_{kind}_{key}": value for key, value in got.items()})
+    for kind in KINDS:
+        ours, theirs = (row[f"{way}_{kind}_setup_s"] for way in WAYS)
+        first = {way: row[f"{way}_{kind}_first_compile_s"] for way in WAYS}
+        row[f"ratio_{kind}"] = theirs / ours
+        row[f"ratio_{kind}_with_first_compile"] = ((theirs + first["compile"])
+                                                   / (ours + first["build_step_compiled"]))
     return row
 
 
 def format_row(row: dict[str, Any]) -> str:
-    cells = [f"{row[f'{way}_{kind}_s']:5.1f} ({row[f'{way}_{kind}_compiler_s']:4.1f})"
-             for way in WAYS for kind in ("cold", "warm")]
-    return (f"{row['name']:<20} " + " ".join(f"{c:>13}" for c in cells)
-            + f" {row['ratio_cold']:>8.2f}x {row['ratio_warm']:>8.2f}x")
+    cells = [f"{row[f'{way}_{kind}_setup_s']:5.1f} ({row[f'{way}_{kind}_compiler_s']:4.1f})"
+             for way in WAYS for kind in KINDS]
+    cells += [f"{row[f'ratio_{kind}']:.2f}x / {row[f'ratio_{kind}_with_first_compile']:.2f}x" for kind in KINDS]
+    cells += ["/".join(f"{row[f'{way}_{kind}_first_compile_s']:.1f}" for way in WAYS for kind in KINDS),
+              "/".join(f"{row[f'{way}_{kind}_eager_s']:.1f}" for way in WAYS for kind in KINDS)]
+    return f"{row['name']:<20} " + " ".join(f"{c:>15}" for c in cells)
 
 
-HEADER = (f"{'model':<20} {'ours cold':>13} {'ours warm':>13} {'cmp cold':>13} {'cmp warm':>13} "
-          f"{'cold':>9} {'warm':>9}   (s, compiling in brackets; ratio = compile / build_step compiled)")
+HEADER = (f"{'model':<20} " + " ".join(f"{c:>15}" for c in (
+    "ours cold", "ours warm", "cmp cold", "cmp warm", "cold: own/+1st", "warm: own/+1st",
+    "first compile s", "eager s"))
+    + "\n(s, compiling in brackets; ratio = compile / build_step compiled, own set-up / with each's first"
+    " compile; first compile and eager: ours cold/warm/cmp cold/warm)")
 
 
 def main() -> None:

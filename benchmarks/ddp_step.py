@@ -41,9 +41,10 @@ Set-up (``<way>_setup_s``, the ``set-up s`` columns): wall time from building a
 way's step (build_step's capture and trial, the hand graph's warm-up and
 capture, torch.compile's compiling and CUDA-graph recording) through its first
 3 calls, synchronized at both ends; the first way built also pays one-time
-CUDA library start-up. Of it, ``<way>_compiler_s``: the time dynamo and Inductor
-report for compiling (forward and backward, Triton's kernels included; from
-``torch._dynamo.utils.compile_times``).
+CUDA library start-up, and the first way compiled the start of dynamo, Inductor
+and Triton in the process (``--first-compile`` pays that first, apart). Of it,
+``<way>_compiler_s``: the time dynamo and Inductor report for compiling (forward
+and backward, Triton's kernels included; from ``torch._dynamo.utils.compile_times``).
 
 Roofline (``roofline_ms``, and ``<way>_x_roofline`` = the way's ms / it): the
 model's matmul FLOPs (``Config.flops_per_step``) at the GPU's bf16 matrix rate,
@@ -455,6 +456,20 @@ SETUP_CALLS = 3  # set-up: building the step and its first calls, synchronized
 COMPILER_TIMERS = ("_compile.compile_inner", "backward._backward_impl")
 
 
+def first_compile(device: torch.device) -> float:
+    """Seconds to compile and run a small function with its backward: the start of
+    dynamo, Inductor, Triton and Inductor's compile workers that a process pays at its
+    first torch.compile, whichever way compiles first (``--first-compile``)."""
+    torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    x = torch.randn(1024, 1024, device=device, requires_grad=True)
+    torch.compile(lambda t: (t.sin() * t.cos()).sum(dim=1).mean())(x).backward()
+    torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - start
+    torch._dynamo.reset()
+    return seconds
+
+
 def compiler_seconds() -> float:
     """Seconds dynamo and Inductor have spent compiling in this process so far."""
     names, values = torch._dynamo.utils.compile_times(repr="csv", aggregate=True)
@@ -681,6 +696,9 @@ def main() -> None:
     parser.add_argument("--compile-scope", choices=("auto", "model"), default="auto",
                         help="compile way: the whole step, falling back to the model "
                         "(auto), or the model alone")
+    parser.add_argument("--first-compile", action="store_true",
+                        help="compile a small function before the models (the process's first "
+                        "torch.compile, out of every way's set-up; its seconds: first_compile_s)")
     parser.add_argument("--rates", choices=("measured", "datasheet", "none"), default="measured",
                         help="the bf16 matmul rate and memory bandwidth of the roofline column: "
                         "measured here at the start, the datasheet's, or no roofline")
@@ -708,6 +726,8 @@ def main() -> None:
                 print(f"roofline rates ({args.rates}): bf16 {rates[0] / 1e12:.0f} TFLOP/s, "
                       f"memory {rates[1] / 1e12:.2f} TB/s", flush=True)
         about = facts(device, rates, args.rates)
+        if args.first_compile:
+            about["first_compile_s"] = first_compile(device)
         rows = []
         for cfg in configs:
             cfg_ways = ways or list(DEFAULT_WAYS)
