@@ -304,15 +304,17 @@ class _Regions:
                 return _compiled(*args, **kwargs)
 
             self.forwards[block] = torch.compiler.disable(forward, recursive=False)
+        # Per entry, what each block had as a forward of its own (not its class's),
+        # put back on exit; a stack, so that an entry inside another undoes only itself.
+        self._saved: list[dict[nn.Module, Any]] = []
 
     def __enter__(self) -> None:
-        # A forward set on the block itself (not its class's) is put back on exit.
-        self._own = {block: vars(block).get("forward") for block in self.forwards}
+        self._saved.append({block: vars(block).get("forward") for block in self.forwards})
         for block, forward in self.forwards.items():
             block.forward = forward  # type: ignore[method-assign]
 
     def __exit__(self, *exc: object) -> None:
-        for block, own in self._own.items():
+        for block, own in self._saved.pop().items():
             if own is None:
                 vars(block).pop("forward", None)
             else:

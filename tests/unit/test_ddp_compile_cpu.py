@@ -427,6 +427,16 @@ def test_a_forward_set_on_a_block_itself_is_put_back_after_the_compiled_model_ru
     assert all("forward" not in vars(block) for block in model.blocks[1:])
 
 
+def test_regions_entered_inside_themselves_leave_the_blocks_as_they_were() -> None:
+    model = Stack().eval()
+    regions = ddp._Regions(list(model.blocks), {"backend": CountingBackend()})
+    with regions:
+        with regions:
+            pass
+        assert all(vars(block)["forward"] is regions.forwards[block] for block in model.blocks)
+    assert all("forward" not in vars(block) for block in model.blocks)
+
+
 def test_a_copy_of_a_model_compiled_by_regions_runs_its_own_parameters() -> None:
     model = Stack().eval()
     forward = ddp.compile_model(model, backend=CountingBackend())
