@@ -47,7 +47,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that use the dev cluster get the ``dev_cluster`` mark: scripts/test runs
-    them one after another, and all others beside them (``-m "not dev_cluster"``)."""
+    them one after another (those marked ``side_partition`` in a lane of their own),
+    and all others beside them (``-m "not dev_cluster"``)."""
     for item in items:
         if "dev_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.dev_cluster)

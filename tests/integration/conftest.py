@@ -8,12 +8,15 @@
 
 Attributes: state_dir, ssh_key, known_hosts, ssh_config (Paths), user ("ckuser"),
 nodes (name -> address, every node of scripts/devcluster/nodes.tsv), kinds (name ->
-kind: slurm, fake, login, badkey, silent, refuse), slurm_nodes (["n1", "n2"]),
-slurm_conf and script (Paths). Methods: node_dir(name), ssh(name, command), override(...),
+kind: slurm, fake, login, badkey, silent, refuse), partitions (Slurm node -> its
+partition), slurm_nodes (those of partition debug: ["n1", ..., "n4"]), slurm_conf and
+script (Paths). Methods: node_dir(name), ssh(name, command), override(...),
 reset_node(name), slurm_env(). docs/dev-cluster.md describes each node.
 
 `up` runs once per session and fails the test loudly when the cluster cannot
-start; it is idempotent, so a cluster already running is reused as it is.
+start; it is idempotent, so a cluster already running is reused as it is. With
+CLUSTERKIT_DEV_UP=off the session does not run it (scripts/test's lane of the tests
+marked side_partition: `up` resumes nodes that the tests beside it drain on purpose).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,10 +46,27 @@ def read_node_table(path: Path = NODE_TABLE) -> list[tuple[str, str, str]]:
     return [(fields[0], fields[1], fields[2]) for fields in node_rows(path)]
 
 
+def leading_settings(fields: list[str]) -> dict[str, str]:
+    """The `key=value` words a node's description begins with (hostname=, partition=)."""
+    settings = {}
+    for word in fields[3:]:
+        key, equals, value = word.partition("=")
+        if not equals:
+            break
+        settings[key] = value
+    return settings
+
+
 def host_names(path: Path = NODE_TABLE) -> dict[str, str]:
     """Node name -> its own host name, for the nodes whose description begins `hostname=H`."""
-    return {fields[0]: fields[3].removeprefix("hostname=") for fields in node_rows(path)
-            if len(fields) > 3 and fields[3].startswith("hostname=")}
+    return {fields[0]: leading_settings(fields)["hostname"] for fields in node_rows(path)
+            if "hostname" in leading_settings(fields)}
+
+
+def partitions(path: Path = NODE_TABLE) -> dict[str, str]:
+    """Slurm node -> its partition (`partition=P` in its description, else debug)."""
+    return {fields[0]: leading_settings(fields).get("partition", "debug") for fields in node_rows(path)
+            if fields[2] == "slurm"}
 
 
 @dataclass(frozen=True)
@@ -56,6 +77,7 @@ class DevCluster:
     user: str = "ckuser"
     nodes: dict[str, str] = field(default_factory=dict)
     kinds: dict[str, str] = field(default_factory=dict)
+    partitions: dict[str, str] = field(default_factory=dict)
 
     @property
     def ssh_key(self) -> Path:
@@ -80,7 +102,8 @@ class DevCluster:
 
     @property
     def slurm_nodes(self) -> list[str]:
-        return [name for name, kind in self.kinds.items() if kind == "slurm"]
+        """The Slurm nodes of partition debug, where jobs go unless they name another."""
+        return [name for name, partition in self.partitions.items() if partition == "debug"]
 
     def node_dir(self, name: str) -> Path:
         """The node's fake hardware: class/ (= /sys/class), module/, gpus.csv, ..."""
@@ -125,9 +148,18 @@ class DevCluster:
                        env={**os.environ, "CLUSTERKIT_DEV_DIR": str(self.state_dir)})
 
 
-def start_dev_cluster() -> DevCluster:
-    """Run `scripts/dev-cluster up` and describe the result; pytest.fail on any problem."""
+def start_dev_cluster(up: bool = True) -> DevCluster:
+    """Run `scripts/dev-cluster up` (unless not `up`) and describe the result; pytest.fail on any problem."""
     state_dir = Path(os.environ.get("CLUSTERKIT_DEV_DIR", "/tmp/clusterkit-dev")).absolute()
+    if up:
+        run_up(state_dir)
+    table = read_node_table()
+    return DevCluster(state_dir=state_dir,
+                      nodes={name: address for name, address, _ in table},
+                      kinds={name: kind for name, _, kind in table}, partitions=partitions())
+
+
+def run_up(state_dir: Path) -> None:
     try:
         done = subprocess.run([str(SCRIPT), "up"], check=False, capture_output=True, text=True,
                               timeout=UP_TIMEOUT_S, stdin=subprocess.DEVNULL,
@@ -137,16 +169,12 @@ def start_dev_cluster() -> DevCluster:
     if done.returncode != 0:
         pytest.fail(f"scripts/dev-cluster up failed (rc {done.returncode}); it needs root "
                     f"on Debian 12.\n{done.stdout}{done.stderr}", pytrace=False)
-    table = read_node_table()
-    return DevCluster(state_dir=state_dir,
-                      nodes={name: address for name, address, _ in table},
-                      kinds={name: kind for name, _, kind in table})
 
 
 @pytest.fixture(scope="session")
 def dev_cluster() -> DevCluster:
     """The running dev cluster (started here if needed); see this module's docstring."""
-    return start_dev_cluster()
+    return start_dev_cluster(up=os.environ.get("CLUSTERKIT_DEV_UP") != "off")
 
 
 @pytest.fixture(scope="session")
@@ -158,13 +186,27 @@ def keep_folder() -> Iterator[Path]:
         yield path
 
 
-@pytest.fixture(scope="session")
-def reference_weights(dev_cluster: DevCluster, keep_folder: Path) -> Path:
+def clean_weights(dev_cluster: DevCluster, keep_folder: Path, name: str, **keys: Any) -> Path:
     """The weights of examples/train_resilient.py's training without a fault: one attempt, completed."""
     from keeptrain import chain_record, job, submit
 
-    job_id = submit(dev_cluster, job(keep_folder, "ck-clean", step_seconds=0))
+    job_id = submit(dev_cluster, job(keep_folder, name, step_seconds=0, **keys))
     record = chain_record(keep_folder, job_id)
     assert [a["ended"] for a in record["attempts"]] == ["completed"], record
     assert record["final"] == {"ended": "completed", "exit_code": 0, "why": "completed"}
-    return keep_folder / "ck-clean.weights"
+    return keep_folder / f"{name}.weights"
+
+
+@pytest.fixture(scope="session")
+def reference_weights(dev_cluster: DevCluster, keep_folder: Path) -> Path:
+    """clean_weights on partition debug."""
+    return clean_weights(dev_cluster, keep_folder, "ck-clean")
+
+
+@pytest.fixture(scope="session")
+def side_reference_weights(dev_cluster: DevCluster, keep_folder: Path) -> Path:
+    """clean_weights on partition side, for the tests marked side_partition (their lane
+    never waits for nodes of partition debug)."""
+    from keeptrain import side_profile
+
+    return clean_weights(dev_cluster, keep_folder, "ck-clean-side", profile=side_profile(keep_folder))

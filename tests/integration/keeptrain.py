@@ -23,15 +23,24 @@ HANG_TIMEOUT_S = 10  # steps take 0.1-3 s here; a hang costs a test this long
 
 
 def job(folder: Path, name: str, *args: str, resilience: dict[str, Any] | None = None,
-        time_limit: str = "00:05:00", step_seconds: float = 0.1, **extra: Any) -> Path:
+        time_limit: str = "00:05:00", step_seconds: float = 0.1, profile: str = "local-dev",
+        **extra: Any) -> Path:
     return write_yaml(folder / f"{name}.yaml", {
-        "name": name, "profile": "local-dev", "nodes": 2, "gpus_per_node": 2, "time": time_limit,
+        "name": name, "profile": profile, "nodes": 2, "gpus_per_node": 2, "time": time_limit,
         "script": str(REPO / "examples" / "train_resilient.py"),
         "args": ["--steps", str(STEPS), "--step-seconds", str(step_seconds), "--checkpoint-every", "4",
                  "--weights-out", str(folder / f"{name}.weights"), *args],
         "output": f"{folder}/%x-%j.out", "env": {"OMP_NUM_THREADS": "1"}, "preflight": False,
         "resilience": {"hang_timeout": HANG_TIMEOUT_S, "max_restarts": 2, "checkpoint_dir": str(folder / f"{name}.ckpt"),
                        **(resilience or {})}, **extra})
+
+
+def side_profile(folder: Path) -> str:
+    """profiles/local-dev.yaml on partition side (s1-s2): for the tests marked side_partition,
+    which run beside the tests on partition debug."""
+    return str(write_yaml(folder / "local-dev-side.yaml", {
+        "name": "local-dev-side", "extends": str(REPO / "profiles" / "local-dev.yaml"),
+        "nodes": "s[1-2]", "slurm": {"partition": "side"}}))
 
 
 def submit(dev_cluster: Any, job_file: Path) -> str:

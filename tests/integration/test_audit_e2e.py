@@ -336,9 +336,10 @@ def test_a_bad_baseline_is_bad_input(dev_cluster: Any, ib_profile: Path, tmp_pat
 
 
 def slurm_nodes(dev_cluster: Any) -> dict[str, tuple[str, str]]:
-    """{node: (sinfo state, reason)} straight from Slurm."""
-    done = subprocess.run(["sinfo", "--Node", "--noheader", "--format=%N|%T|%E"], capture_output=True,
-                          text=True, check=True, env=dev_cluster.slurm_env(), timeout=30)
+    """{node: (sinfo state, reason)} of partition debug straight from Slurm (partition side's
+    nodes change state with the tests that run beside these)."""
+    done = subprocess.run(["sinfo", "--Node", "--noheader", "--partition=debug", "--format=%N|%T|%E"],
+                          capture_output=True, text=True, check=True, env=dev_cluster.slurm_env(), timeout=30)
     rows = (line.split("|", 2) for line in done.stdout.splitlines() if line.strip())
     return {node: (state, "" if reason == "none" else reason) for node, state, reason in rows}
 

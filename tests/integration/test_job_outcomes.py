@@ -62,8 +62,11 @@ def env(dev_cluster: Any, folder: Path) -> dict[str, str]:
     return cli_env(dev_cluster, XDG_STATE_HOME=str(state))
 
 
-def write_job(folder: Path, dev_cluster: Any, name: str, **keys: Any) -> Path:
-    profile = write_yaml(folder / "ck-cpu.yaml", cpu_profile(dev_cluster))
+def write_job(folder: Path, dev_cluster: Any, name: str, partition: str = "debug", **keys: Any) -> Path:
+    """A job of the failer script; `partition="side"`: on s1-s2 (tests marked side_partition)."""
+    nodes = {"debug": "n[1-2]", "side": "s[1-2]"}[partition]
+    profile = write_yaml(folder / "ck-cpu.yaml", cpu_profile(
+        dev_cluster, nodes=nodes, slurm={"partition": partition, "time": "00:03:00", "exclusive": False}))
     script = folder / "failer.py"
     script.write_text(FAILER_PY)
     job = {"name": name, "profile": str(profile), "nodes": 1, "script": str(script),
@@ -101,8 +104,9 @@ def test_a_rank_that_raises_is_named_with_its_node_and_own_exit_code(
     assert attempt["culprit"]["evidence"].startswith("rank 3 on n2 exited with exit code 7")
 
 
+@pytest.mark.side_partition
 def test_the_time_limit_reads_as_timeout(dev_cluster: Any, folder: Path, env: dict[str, str]) -> None:
-    job = write_job(folder, dev_cluster, "ck-timeout", time="00:01:00", args=["600"],
+    job = write_job(folder, dev_cluster, "ck-timeout", partition="side", time="00:01:00", args=["600"],
                     env={"CK_FAIL_CODE": "0"})
     done = clusterkit(dev_cluster, "submit", str(job), "--wait", "--no-preflight", "--json", env=env,
                       timeout=TIMEOUT)

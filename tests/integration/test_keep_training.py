@@ -27,6 +27,7 @@ from keeptrain import (
     job,
     log_of,
     second_node,
+    side_profile,
     squeue_state,
     submit,
     training,
@@ -91,13 +92,15 @@ def test_a_raised_rank_ends_the_attempt_at_once_and_is_named_but_no_node_is_blam
     assert_same_weights(keep_folder / "ck-raise.weights", reference_weights)
 
 
+@pytest.mark.side_partition
 def test_the_time_limit_checkpoints_on_the_grace_signal_and_requeues_without_blame(
-        dev_cluster: Any, keep_folder: Path, reference_weights: Path) -> None:
+        dev_cluster: Any, keep_folder: Path, side_reference_weights: Path) -> None:
     # Slurm may send the grace signal up to 60 s early (sbatch --signal): with a 2-minute
     # limit and grace 40 it comes 20-80 s into an attempt, after the batch script set its
     # trap (1 minute and grace 40, which validate now refuses, was signalled as it started).
     job_id = submit(dev_cluster, job(keep_folder, "ck-limit", time_limit="00:02:00", step_seconds=2.0,
-                                     resilience={"grace": 40, "max_restarts": 4}))
+                                     resilience={"grace": 40, "max_restarts": 4},
+                                     profile=side_profile(keep_folder)))
     record = chain_record(keep_folder, job_id, timeout=720)
     endings = [a["ended"] for a in record["attempts"]]
     assert endings[0] == "time_limit" and endings[-1] == "completed", endings
@@ -105,7 +108,7 @@ def test_the_time_limit_checkpoints_on_the_grace_signal_and_requeues_without_bla
     assert not any(a.get("excluded") for a in record["attempts"])
     assert "stopped at step" in log_of(record["attempts"][0])  # it saved on the signal
     assert record["final"]["exit_code"] == 0
-    assert_same_weights(keep_folder / "ck-limit.weights", reference_weights)
+    assert_same_weights(keep_folder / "ck-limit.weights", side_reference_weights)
 
 
 def test_a_node_failed_mid_job_is_excluded_and_the_job_completes(
@@ -126,9 +129,10 @@ def test_a_node_failed_mid_job_is_excluded_and_the_job_completes(
     assert_same_weights(keep_folder / "ck-nodefail.weights", reference_weights)
 
 
+@pytest.mark.side_partition
 def test_a_requeue_by_slurm_goes_on_as_the_same_job_without_blame(
-        dev_cluster: Any, keep_folder: Path, reference_weights: Path) -> None:
-    job_id = submit(dev_cluster, job(keep_folder, "ck-requeue", step_seconds=0.5))
+        dev_cluster: Any, keep_folder: Path, side_reference_weights: Path) -> None:
+    job_id = submit(dev_cluster, job(keep_folder, "ck-requeue", step_seconds=0.5, profile=side_profile(keep_folder)))
     training(keep_folder, job_id)
     requeue(dev_cluster, job_id)
     record = chain_record(keep_folder, job_id)
@@ -139,13 +143,14 @@ def test_a_requeue_by_slurm_goes_on_as_the_same_job_without_blame(
     assert not first.get("culprit") and not first.get("excluded") and "next_job_id" not in first
     assert second["ended"] == "completed" and record["final"]["exit_code"] == 0
     assert "starts at step 0 " not in log_of(second)  # it resumed from a checkpoint
-    assert_same_weights(keep_folder / "ck-requeue.weights", reference_weights)
+    assert_same_weights(keep_folder / "ck-requeue.weights", side_reference_weights)
 
 
+@pytest.mark.side_partition
 def test_a_requeue_past_max_time_requeues_ends_the_chain_and_cancels_the_job(
         dev_cluster: Any, keep_folder: Path) -> None:
     job_id = submit(dev_cluster, job(keep_folder, "ck-requeue-out", step_seconds=0.5,
-                                     resilience={"max_time_requeues": 0}))
+                                     resilience={"max_time_requeues": 0}, profile=side_profile(keep_folder)))
     training(keep_folder, job_id)
     requeue(dev_cluster, job_id)
     record = chain_record(keep_folder, job_id)
@@ -178,11 +183,12 @@ def test_a_node_the_in_job_preflight_fails_is_blamed_before_training(
     assert second["ended"] == "completed" and record["final"]["exit_code"] == 0
 
 
+@pytest.mark.side_partition
 def test_max_restarts_used_up_ends_the_chain_with_exit_1_and_nothing_queued(
         dev_cluster: Any, keep_folder: Path) -> None:
     # a crash, then a hang: two failures that are not the same error twice
     broken = job(keep_folder, "ck-broken", "--plant", "0:raise:0:2", "--plant", "1:hang:0:2",
-                 resilience={"max_restarts": 1, "exclude": "never"})
+                 resilience={"max_restarts": 1, "exclude": "never"}, profile=side_profile(keep_folder))
     waited = clusterkit(dev_cluster, "submit", str(broken), "--no-preflight", "--wait", timeout=CHAIN_TIMEOUT_S)
     assert waited.returncode == 1, waited.stderr  # the chain's exit, not the first attempt's
     job_id = job_id_of(waited)
@@ -203,13 +209,15 @@ def test_max_restarts_used_up_ends_the_chain_with_exit_1_and_nothing_queued(
     assert queued.strip() == ""
 
 
+@pytest.mark.side_partition
 def test_the_python_api_reads_the_output_of_every_attempt_through_a_restart(
         dev_cluster: Any, keep_folder: Path, tmp_path: Path) -> None:
     """A script submits with the Python API and follows the logs of a job whose rank 0
     raises in its first attempt (a program error: restarted in the same allocation, so both
     attempts write one output file, under one header): the restart resumed from the
     checkpoint, to the chain's end."""
-    crashed = job(keep_folder, "ck-api-logs", "--plant", "0:raise:0:6", resilience={"exclude": "never"})
+    crashed = job(keep_folder, "ck-api-logs", "--plant", "0:raise:0:6", resilience={"exclude": "never"},
+                  profile=side_profile(keep_folder))
     code = (f"import json, cluster_kit\njob = cluster_kit.submit({str(crashed)!r}, preflight=False)\n"
             "print(json.dumps({'id': job.id, 'lines': list(job.logs(follow=True, poll=1))}))\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, text=True, capture_output=True, check=False,

@@ -28,6 +28,7 @@ from keeptrain import (
     log_of,
     record_path,
     second_node,
+    side_profile,
     submit,
     training,
 )
@@ -106,10 +107,11 @@ def test_a_hang_on_a_node_whose_host_name_is_not_its_slurm_name_excludes_that_no
     assert_same_weights(keep_folder / "ck-fqdn.weights", reference_weights)
 
 
+@pytest.mark.side_partition
 def test_the_same_exception_in_two_attempts_ends_the_chain_without_blaming_a_node(
         dev_cluster: Any, keep_folder: Path) -> None:
     job_id = submit(dev_cluster, job(keep_folder, "ck-bug", "--plant", "any:raise:1:6",
-                                     resilience={"max_restarts": 3}))
+                                     resilience={"max_restarts": 3}, profile=side_profile(keep_folder)))
     record = chain_record(keep_folder, job_id)
     first, second = record["attempts"]
     assert (first["ended"], second["ended"]) == ("crash", "crash"), record
@@ -127,10 +129,11 @@ def test_the_same_exception_in_two_attempts_ends_the_chain_without_blaming_a_nod
     assert "next_job_id" not in second
 
 
+@pytest.mark.side_partition
 def test_a_script_that_ignores_the_grace_signal_is_requeued_at_its_time_limit(
-        dev_cluster: Any, keep_folder: Path, reference_weights: Path) -> None:
+        dev_cluster: Any, keep_folder: Path, side_reference_weights: Path) -> None:
     job_id = submit(dev_cluster, job(keep_folder, "ck-ignore", "--ignore-stop", time_limit="00:02:00",
-                                     step_seconds=3.0, resilience={"grace": 40}))
+                                     step_seconds=3.0, resilience={"grace": 40}, profile=side_profile(keep_folder)))
     record = chain_record(keep_folder, job_id, timeout=600)
     endings = [a["ended"] for a in record["attempts"]]
     assert endings[0] == "time_limit" and endings[-1] == "completed", endings
@@ -140,7 +143,7 @@ def test_a_script_that_ignores_the_grace_signal_is_requeued_at_its_time_limit(
     assert "stopped at step" not in log_of(first)  # it never looked at stop_requested()
     assert "DUE TO TIME LIMIT" in log_of(first)
     assert record["final"]["exit_code"] == 0
-    assert_same_weights(keep_folder / "ck-ignore.weights", reference_weights)
+    assert_same_weights(keep_folder / "ck-ignore.weights", side_reference_weights)
 
 
 @pytest.mark.parametrize(("state", "said"), [("DOWN", "failed"), ("DRAIN", "is draining (ck-test)")])
