@@ -38,13 +38,14 @@ def sbatch_wait(cluster: DevCluster, tmp_path: Path, *args: str) -> str:
     return (tmp_path / f"job-{job_id}.out").read_text()
 
 
-def test_slurm_nodes_are_idle_with_four_gpus(dev_cluster: DevCluster) -> None:
-    done = subprocess.run(["sinfo", "-h", "-N", "-p", "debug", "-o", "%N %t %G %c"],
+@pytest.mark.parametrize(("partition", "nodes"), [("debug", ["n1", "n2", "n3", "n4"]), ("side", ["s1", "s2"])])
+def test_slurm_nodes_are_idle_with_four_gpus(dev_cluster: DevCluster, partition: str, nodes: list[str]) -> None:
+    done = subprocess.run(["sinfo", "-h", "-N", "-p", partition, "-o", "%N %t %G %c"],
                           capture_output=True, text=True, check=True, env=dev_cluster.slurm_env())
     rows = sorted(line.split() for line in done.stdout.splitlines())
-    assert [row[0] for row in rows] == ["n1", "n2", "n3", "n4"]
+    assert [row[0] for row in rows] == nodes == sorted(n for n, p in dev_cluster.partitions.items() if p == partition)
     for name, state, gres, cpus in rows:
-        assert state in ("idle", "mix", "alloc"), name
+        assert state in ("idle", "mix", "alloc", "comp"), name  # side: the tests beside come and go
         assert gres == "gpu:4" and cpus == "8"
 
 
