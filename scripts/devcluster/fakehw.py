@@ -153,8 +153,8 @@ SPECS = {
     # Last: a fourth Slurm node (a hot spare, or where a job goes without two others)
     # whose host name is not its Slurm name; its hardware is n1's.
     "n4": ib_node(2, 4),
-    # Last: the Slurm nodes of partition side, where some tests run
-    # beside those on debug; n1's hardware.
+    # After n4, so that every node above keeps its GUIDs: the Slurm nodes of partition
+    # side, where some tests run beside those on debug; n1's hardware.
     "s1": ib_node(2, 4),
     "s2": ib_node(2, 4),
 }
