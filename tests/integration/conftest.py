@@ -59,8 +59,8 @@ def leading_settings(fields: list[str]) -> dict[str, str]:
 
 def host_names(path: Path = NODE_TABLE) -> dict[str, str]:
     """Node name -> its own host name, for the nodes whose description begins `hostname=H`."""
-    return {fields[0]: leading_settings(fields)["hostname"] for fields in node_rows(path)
-            if "hostname" in leading_settings(fields)}
+    return {fields[0]: settings["hostname"] for fields in node_rows(path)
+            if "hostname" in (settings := leading_settings(fields))}
 
 
 def partitions(path: Path = NODE_TABLE) -> dict[str, str]:

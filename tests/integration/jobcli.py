@@ -163,14 +163,19 @@ def ssh_section(dev_cluster: Any, **settings: Any) -> dict[str, Any]:
             "known_hosts": str(dev_cluster.known_hosts), **settings}
 
 
-def cpu_profile(dev_cluster: Any, **extra: Any) -> dict[str, Any]:
+# Two Slurm nodes of each of the dev cluster's partitions, for the profiles of tests.
+PARTITION_NODES = {"debug": "n[1-2]", "side": "s[1-2]"}
+
+
+def cpu_profile(dev_cluster: Any, partition: str = "debug", **extra: Any) -> dict[str, Any]:
     """A profile for the dev cluster that asks for no GPUs (one task per node), so its
-    jobs never queue behind the examples that hold the fake GPUs."""
+    jobs never queue behind the examples that hold the fake GPUs; on two nodes of
+    `partition` (side: the tests marked side_partition)."""
     return {
         "name": "ck-cpu",
-        "nodes": "n[1-2]",
+        "nodes": PARTITION_NODES[partition],
         "ssh": ssh_section(dev_cluster, connect_timeout=5),
-        "slurm": {"partition": "debug", "time": "00:03:00", "exclusive": False},
+        "slurm": {"partition": partition, "time": "00:03:00", "exclusive": False},
         "environment": {"python": "python3"},
         **extra,
     }

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from jobcli import REPO, clusterkit, job_id_of, write_yaml
+from jobcli import PARTITION_NODES, REPO, clusterkit, job_id_of, write_yaml
 
 STEPS = 48
 CHAIN_TIMEOUT_S = 420
@@ -40,7 +40,7 @@ def side_profile(folder: Path) -> str:
     which run beside the tests on partition debug."""
     return str(write_yaml(folder / "local-dev-side.yaml", {
         "name": "local-dev-side", "extends": str(REPO / "profiles" / "local-dev.yaml"),
-        "nodes": "s[1-2]", "slurm": {"partition": "side"}}))
+        "nodes": PARTITION_NODES["side"], "slurm": {"partition": "side"}}))
 
 
 def submit(dev_cluster: Any, job_file: Path) -> str:

@@ -63,10 +63,8 @@ def env(dev_cluster: Any, folder: Path) -> dict[str, str]:
 
 
 def write_job(folder: Path, dev_cluster: Any, name: str, partition: str = "debug", **keys: Any) -> Path:
-    """A job of the failer script; `partition="side"`: on s1-s2 (tests marked side_partition)."""
-    nodes = {"debug": "n[1-2]", "side": "s[1-2]"}[partition]
-    profile = write_yaml(folder / "ck-cpu.yaml", cpu_profile(
-        dev_cluster, nodes=nodes, slurm={"partition": partition, "time": "00:03:00", "exclusive": False}))
+    """A job of the failer script on two nodes of `partition` (cpu_profile's)."""
+    profile = write_yaml(folder / "ck-cpu.yaml", cpu_profile(dev_cluster, partition))
     script = folder / "failer.py"
     script.write_text(FAILER_PY)
     job = {"name": name, "profile": str(profile), "nodes": 1, "script": str(script),
