@@ -1,6 +1,6 @@
 """Set-up of a compiled step, cold and warm: build_step(compile=True) against the whole-step torch.compile.
 
-    PYTHONPATH=. python3 benchmarks/compile_setup.py [--only "small gpt d128,small gpt d1024"] [--json FILE]
+    PYTHONPATH=. python3 benchmarks/compile_setup.py [--only "small gpt d128,small gpt d1024"] [--repeats N] [--json FILE]
 
 Every figure comes from a process of its own (``benchmarks/ddp_step.py --repeats 0``,
 one size, one way, fused AdamW), so no way finds another's compilations in memory:
@@ -25,6 +25,10 @@ ratio adds to each the process's first compile, as a fresh process pays it. In
 brackets, the part of each set-up that dynamo and Inductor report as compiling
 (``ddp_step.py``'s ``<way>_compiler_s``); the rest is tracing outside their
 timers, loading, warm-up, capture and CUDA-graph recording.
+
+A cold figure moves by a second or more from one process to the next (Triton's
+kernels compile in a pool of worker processes); ``--repeats N`` runs N cold/warm
+pairs of each way, the ways taking turns, and reports each figure's median.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -63,14 +68,23 @@ def run_process(size: str, way: str, cache: Path) -> dict[str, Any]:
             "facts": doc}
 
 
-def measure(size: str) -> dict[str, Any]:
-    row: dict[str, Any] = {"name": size}
-    for way in WAYS:
-        with tempfile.TemporaryDirectory(prefix="compile-setup-") as folder:
-            for kind in KINDS:  # warm: the second process on the cold one's folders
-                got = run_process(size, way, Path(folder))
-                row["facts"] = got.pop("facts")
-                row.update({f"{way}_{kind}_{key}": value for key, value in got.items()})
+def measure(size: str, repeats: int = 1) -> dict[str, Any]:
+    """Both ways' cold and warm figures at one size: each the median of ``repeats``
+    cold/warm pairs (every pair in new folders; the ways take turns), all kept in
+    ``<key>_all``."""
+    row: dict[str, Any] = {"name": size, "repeats": repeats}
+    samples: dict[str, list[float]] = {}
+    for repeat in range(repeats):
+        for way in WAYS[repeat % len(WAYS):] + WAYS[:repeat % len(WAYS)]:
+            with tempfile.TemporaryDirectory(prefix="compile-setup-") as folder:
+                for kind in KINDS:  # warm: the second process on the cold one's folders
+                    got = run_process(size, way, Path(folder))
+                    row["facts"] = got.pop("facts")
+                    for key, value in got.items():
+                        samples.setdefault(f"{way}_{kind}_{key}", []).append(value)
+    for key, values in samples.items():
+        row[key] = statistics.median(values)
+        row[f"{key}_all"] = values
     for kind in KINDS:
         ours, theirs = (row[f"{way}_{kind}_setup_s"] for way in WAYS)
         first = {way: row[f"{way}_{kind}_first_compile_s"] for way in WAYS}
@@ -100,12 +114,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default=",".join(SIZES),
                         help="comma-separated model names of ddp_step.py (default: the three small GPTs)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="cold/warm pairs per way and size; each figure is their median (default 1)")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats must be 1 or more, not {args.repeats}")
     sizes = [s for s in args.only.split(",") if s]
     rows = []
     for size in sizes:
-        rows.append(measure(size))
+        rows.append(measure(size, args.repeats))
         if len(rows) == 1:
             print(json.dumps(rows[0]["facts"]), HEADER, sep="\n", flush=True)
         print(format_row(rows[-1]), flush=True)
