@@ -1,6 +1,7 @@
 """Set-up of a compiled step, cold and warm: build_step(compile=True) against the whole-step torch.compile.
 
-    PYTHONPATH=. python3 benchmarks/compile_setup.py [--only "small gpt d128,small gpt d1024"] [--repeats N] [--json FILE]
+    PYTHONPATH=. python3 benchmarks/compile_setup.py [--only "small gpt d128,small gpt d1024"] [--repeats N]
+        [--first-compile function|model] [--json FILE]
 
 Every figure comes from a process of its own (``benchmarks/ddp_step.py --repeats 0``,
 one size, one way, fused AdamW), so no way finds another's compilations in memory:
@@ -15,7 +16,11 @@ Before the timed way each process pays, alike for both ways, what any process
 pays once whichever way it takes: it builds the plain eager step (``--ways
 eager,<way>``: CUDA's, cuBLAS's and NCCL's first use; *eager s*) and compiles a
 small function (``--first-compile``: the start of dynamo, Inductor, Triton and
-Inductor's compile workers; *first compile s*, cold and warm).
+Inductor's compile workers; *first compile s*, cold and warm). With
+``--first-compile model`` it compiles a one-block transformer of other sizes
+instead, which also pays apart what a process pays once at its first compile of
+such a model (Inductor's lowerings and passes for matmul, attention, norms and the
+loss; a first kernel in more compile workers), for both ways alike.
 
 Set-up is ddp_step.py's: from building the step through its first 3 calls,
 synchronized at both ends (build_step's compile, warm-up, trial and capture;
@@ -49,14 +54,14 @@ SIZES = ("small gpt d128", "small gpt d512", "small gpt d1024")
 SCRIPT = Path(__file__).with_name("ddp_step.py")
 
 
-def run_process(size: str, way: str, cache: Path) -> dict[str, Any]:
+def run_process(size: str, way: str, cache: Path, first: str = "function") -> dict[str, Any]:
     """One process building one way's step at one size, Inductor's caches in ``cache``:
     its set-up and compiling seconds, and what it paid before (eager, first compile)."""
     out = cache / f"{way}.json"
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
                TRITON_CACHE_DIR=str(cache / "triton"))
     command = [sys.executable, str(SCRIPT), "--only", size, "--impls", "fused", "--ways", f"eager,{way}",
-               "--first-compile", "--repeats", "0", "--rates", "none", "--json", str(out)]
+               "--first-compile", first, "--repeats", "0", "--rates", "none", "--json", str(out)]
     done = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         raise SystemExit(f"{size} {way}: ddp_step.py failed (exit {done.returncode}):\n"
@@ -68,17 +73,17 @@ def run_process(size: str, way: str, cache: Path) -> dict[str, Any]:
             "facts": doc}
 
 
-def measure(size: str, repeats: int = 1) -> dict[str, Any]:
+def measure(size: str, repeats: int = 1, first: str = "function") -> dict[str, Any]:
     """Both ways' cold and warm figures at one size: each the median of ``repeats``
     cold/warm pairs (every pair in new folders; the ways take turns), all kept in
     ``<key>_all``."""
-    row: dict[str, Any] = {"name": size, "repeats": repeats}
+    row: dict[str, Any] = {"name": size, "repeats": repeats, "first_compile": first}
     samples: dict[str, list[float]] = {}
     for repeat in range(repeats):
         for way in WAYS[repeat % len(WAYS):] + WAYS[:repeat % len(WAYS)]:
             with tempfile.TemporaryDirectory(prefix="compile-setup-") as folder:
                 for kind in KINDS:  # warm: the second process on the cold one's folders
-                    got = run_process(size, way, Path(folder))
+                    got = run_process(size, way, Path(folder), first)
                     row["facts"] = got.pop("facts")
                     for key, value in got.items():
                         samples.setdefault(f"{way}_{kind}_{key}", []).append(value)
@@ -87,10 +92,10 @@ def measure(size: str, repeats: int = 1) -> dict[str, Any]:
         row[f"{key}_all"] = values
     for kind in KINDS:
         ours, theirs = (row[f"{way}_{kind}_setup_s"] for way in WAYS)
-        first = {way: row[f"{way}_{kind}_first_compile_s"] for way in WAYS}
+        paid = {way: row[f"{way}_{kind}_first_compile_s"] for way in WAYS}
         row[f"ratio_{kind}"] = theirs / ours
-        row[f"ratio_{kind}_with_first_compile"] = ((theirs + first["compile"])
-                                                   / (ours + first["build_step_compiled"]))
+        row[f"ratio_{kind}_with_first_compile"] = ((theirs + paid["compile"])
+                                                   / (ours + paid["build_step_compiled"]))
     return row
 
 
@@ -116,6 +121,9 @@ def main() -> None:
                         help="comma-separated model names of ddp_step.py (default: the three small GPTs)")
     parser.add_argument("--repeats", type=int, default=1,
                         help="cold/warm pairs per way and size; each figure is their median (default 1)")
+    parser.add_argument("--first-compile", choices=("function", "model"), default="function",
+                        help="what each process compiles first, apart (ddp_step.py --first-compile; "
+                        "default: function)")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args()
     if args.repeats < 1:
@@ -123,7 +131,7 @@ def main() -> None:
     sizes = [s for s in args.only.split(",") if s]
     rows = []
     for size in sizes:
-        rows.append(measure(size, args.repeats))
+        rows.append(measure(size, args.repeats, args.first_compile))
         if len(rows) == 1:
             print(json.dumps(rows[0]["facts"]), HEADER, sep="\n", flush=True)
         print(format_row(rows[-1]), flush=True)

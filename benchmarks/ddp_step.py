@@ -42,7 +42,9 @@ way's step (build_step's capture and trial, the hand graph's warm-up and
 capture, torch.compile's compiling and CUDA-graph recording) through its first
 3 calls, synchronized at both ends; the first way built also pays one-time
 CUDA library start-up, and the first way compiled the start of dynamo, Inductor
-and Triton in the process (``--first-compile`` pays that first, apart). Of it,
+and Triton in the process (``--first-compile`` pays that first, apart; with
+``--first-compile model`` also what a process pays once at its first compile of
+a transformer, either way). Of it,
 ``<way>_compiler_s``: the time dynamo and Inductor report for compiling (forward
 and backward, Triton's kernels included; from ``torch._dynamo.utils.compile_times``).
 
@@ -456,14 +458,35 @@ SETUP_CALLS = 3  # set-up: building the step and its first calls, synchronized
 COMPILER_TIMERS = ("_compile.compile_inner", "backward._backward_impl")
 
 
-def first_compile(device: torch.device) -> float:
-    """Seconds to compile and run a small function with its backward: the start of
-    dynamo, Inductor, Triton and Inductor's compile workers that a process pays at its
-    first torch.compile, whichever way compiles first (``--first-compile``)."""
+# --first-compile model: a one-block transformer of sizes no benchmarked model has, so
+# none of its graphs or kernels is found again in a cache by the way timed after it.
+FIRST_COMPILE_MODEL = Config("first compile", "transformer", width=48, depth=1, batch=2,
+                             steps=1, seq=40, vocab=96)
+
+
+def first_compile(device: torch.device, what: str = "function") -> float:
+    """Seconds of the process's first torch.compile, forward and backward, paid apart
+    from every way's set-up (``--first-compile``): it starts dynamo, Inductor, Triton
+    and Inductor's compile workers, whichever way compiles first.
+
+    ``function``: a small function (a few kernels). ``model``: a one-block
+    transformer and its loss under bf16 autocast (FIRST_COMPILE_MODEL), which also
+    pays what a process does once at its first compile of such a model, for either
+    way alike: Inductor's lowerings and graph passes for matmul, attention, norms,
+    the embedding and the loss, and a first kernel in more of the compile workers.
+    """
     torch.cuda.synchronize(device)
     start = time.perf_counter()
-    x = torch.randn(1024, 1024, device=device, requires_grad=True)
-    torch.compile(lambda t: (t.sin() * t.cos()).sum(dim=1).mean())(x).backward()
+    if what == "model":
+        cfg = FIRST_COMPILE_MODEL
+        model = make_model(cfg, device)
+        tokens = torch.randint(cfg.vocab, (cfg.batch, cfg.seq), device=device)
+        with torch.autocast("cuda", dtype=DTYPE):
+            loss = torch.compile(lambda t: token_loss(model(t), t))(tokens)
+        loss.backward()
+    else:
+        x = torch.randn(1024, 1024, device=device, requires_grad=True)
+        torch.compile(lambda t: (t.sin() * t.cos()).sum(dim=1).mean())(x).backward()
     torch.cuda.synchronize(device)
     seconds = time.perf_counter() - start
     torch._dynamo.reset()
@@ -696,9 +719,10 @@ def main() -> None:
     parser.add_argument("--compile-scope", choices=("auto", "model"), default="auto",
                         help="compile way: the whole step, falling back to the model "
                         "(auto), or the model alone")
-    parser.add_argument("--first-compile", action="store_true",
-                        help="compile a small function before the models (the process's first "
-                        "torch.compile, out of every way's set-up; its seconds: first_compile_s)")
+    parser.add_argument("--first-compile", nargs="?", const="function", choices=("function", "model"),
+                        help="compile a small function (or with 'model' a one-block transformer of "
+                        "other sizes) before the models: the process's first torch.compile, out "
+                        "of every way's set-up; its seconds: first_compile_s")
     parser.add_argument("--rates", choices=("measured", "datasheet", "none"), default="measured",
                         help="the bf16 matmul rate and memory bandwidth of the roofline column: "
                         "measured here at the start, the datasheet's, or no roofline")
@@ -727,7 +751,8 @@ def main() -> None:
                       f"memory {rates[1] / 1e12:.2f} TB/s", flush=True)
         about = facts(device, rates, args.rates)
         if args.first_compile:
-            about["first_compile_s"] = first_compile(device)
+            about["first_compile_s"] = first_compile(device, args.first_compile)
+            about["first_compile"] = args.first_compile
         rows = []
         for cfg in configs:
             cfg_ways = ways or list(DEFAULT_WAYS)
