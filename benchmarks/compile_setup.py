@@ -31,9 +31,9 @@ brackets, the part of each set-up that dynamo and Inductor report as compiling
 (``ddp_step.py``'s ``<way>_compiler_s``); the rest is tracing outside their
 timers, loading, warm-up, capture and CUDA-graph recording.
 
-A cold figure moves by a second or more from one process to the next (Triton's
-kernels compile in a pool of worker processes); ``--repeats N`` runs N cold/warm
-pairs of each way, the ways taking turns, and reports each figure's median.
+A cold figure moves by a second or more from one process to the next;
+``--repeats N`` runs N cold/warm pairs of each way, the ways taking turns, and
+reports each figure's median.
 """
 
 from __future__ import annotations
