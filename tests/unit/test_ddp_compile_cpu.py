@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import math
 import os
 import shutil
@@ -333,6 +334,51 @@ def test_a_user_without_an_account_gets_a_cache_folder_named_by_uid(
     assert ddp.private_compile_cache(env) is None
     folder = tmp_path / f"torchinductor_uid_{os.getuid()}"
     assert env[ddp.INDUCTOR_CACHE_ENV] == str(folder) and (folder.stat().st_mode & 0o777) == 0o700
+
+
+def restarted_compile(cache: str, out: str) -> None:
+    """One start of a trainer whose job names ``cache`` as Inductor's folder: what it
+    compiled and what it found compiled, and what it trained, written to ``out``."""
+    from torch._dynamo.utils import counters
+
+    os.environ[ddp.INDUCTOR_CACHE_ENV] = cache
+    dist.init_process_group("gloo", init_method=f"file://{out}.store", rank=0, world_size=1)
+    try:
+        step, (losses, weights) = built_loop(make_model(cls=Stack), compile=True)
+        Path(out).write_text(json.dumps({
+            "compiled": step.compiled, "losses": losses,
+            "weights": torch.cat([w.detach().flatten() for w in weights]).tolist(),
+            "graphs_compiled": counters["inductor"]["fxgraph_cache_miss"],
+            "graphs_loaded": counters["inductor"]["fxgraph_cache_hit"]}))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_restart_that_finds_the_jobs_cache_folder_loads_every_graph_instead_of_compiling(
+    tmp_path: Path,
+) -> None:
+    """A restart on a spare node compiles anew from its own empty folder; one whose job
+    names a folder every node sees (``env: {TORCHINDUCTOR_CACHE_DIR: ...}``) loads
+    what the first start compiled and trains the same."""
+    import multiprocessing
+
+    spawn = multiprocessing.get_context("spawn")
+    cache = tmp_path / "shared" / "inductor"
+    starts = []
+    for attempt in range(2):  # each a fresh process, as a restart is
+        out = tmp_path / f"attempt{attempt}.json"
+        process = spawn.Process(target=restarted_compile, args=(str(cache), str(out)))
+        process.start()
+        process.join(240)
+        if process.is_alive():
+            process.kill()
+        assert process.exitcode == 0, f"attempt {attempt} failed: see its stderr above"
+        starts.append(json.loads(out.read_text()))
+    first, restart = starts
+    assert first["compiled"] and restart["compiled"]
+    assert first["graphs_compiled"] > 0 and first["graphs_loaded"] == 0
+    assert restart["graphs_compiled"] == 0 and restart["graphs_loaded"] == first["graphs_compiled"]
+    assert restart["losses"] == first["losses"] and restart["weights"] == first["weights"]
 
 
 def two_ranks_check(rank: int) -> None:
