@@ -336,6 +336,18 @@ def test_a_user_without_an_account_gets_a_cache_folder_named_by_uid(
     assert env[ddp.INDUCTOR_CACHE_ENV] == str(folder) and (folder.stat().st_mode & 0o777) == 0o700
 
 
+def exit_codes(processes: list[Any]) -> list[int | None]:
+    """Start ``processes`` together, give each 240 s to end (else kill it): their exit codes."""
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(240)
+        if process.is_alive():
+            process.kill()
+            process.join()
+    return [process.exitcode for process in processes]
+
+
 def restarted_compile(cache: str, out: str) -> None:
     """One start of a trainer whose job names ``cache`` as Inductor's folder: what it
     compiled and what it found compiled, and what it trained, written to ``out``."""
@@ -368,11 +380,7 @@ def test_a_restart_that_finds_the_jobs_cache_folder_loads_every_graph_instead_of
     for attempt in range(2):  # each a fresh process, as a restart is
         out = tmp_path / f"attempt{attempt}.json"
         process = spawn.Process(target=restarted_compile, args=(str(cache), str(out)))
-        process.start()
-        process.join(240)
-        if process.is_alive():
-            process.kill()
-        assert process.exitcode == 0, f"attempt {attempt} failed: see its stderr above"
+        assert exit_codes([process]) == [0], f"attempt {attempt} failed: see its stderr above"
         starts.append(json.loads(out.read_text()))
     first, restart = starts
     assert first["compiled"] and restart["compiled"]
@@ -416,13 +424,7 @@ def test_on_two_ranks_the_compiled_step_keeps_ddp_and_equals_the_compiled_loop(t
 
     spawn = multiprocessing.get_context("spawn")
     ranks = [spawn.Process(target=two_ranks_train, args=(rank, str(tmp_path / "store"))) for rank in range(2)]
-    for process in ranks:
-        process.start()
-    for process in ranks:
-        process.join(240)
-        if process.is_alive():
-            process.kill()
-    assert [p.exitcode for p in ranks] == [0, 0], "a rank failed: see its stderr above"
+    assert exit_codes(ranks) == [0, 0], "a rank failed: see its stderr above"
 
 
 def test_the_longest_run_of_one_block_class_is_the_models_repeated_blocks() -> None:
