@@ -1,7 +1,7 @@
 """Set-up of a compiled step, cold and warm: build_step(compile=True) against the whole-step torch.compile.
 
     PYTHONPATH=. python3 benchmarks/compile_setup.py [--only "small gpt d128,small gpt d1024"] [--repeats N]
-        [--first-compile function|model] [--json FILE]
+        [--first-compile function|model] [--ours build_step_compiled,build_step_blocks] [--json FILE]
 
 Every figure comes from a process of its own (``benchmarks/ddp_step.py --repeats 0``,
 one size, one way, fused AdamW), so no way finds another's compilations in memory:
@@ -31,6 +31,11 @@ brackets, the part of each set-up that dynamo and Inductor report as compiling
 (``ddp_step.py``'s ``<way>_compiler_s``); the rest is tracing outside their
 timers, loading, warm-up, capture and CUDA-graph recording.
 
+``--ours`` names which of ddp_step.py's compiled build_step ways are measured
+against compile: ``build_step_compiled`` (default: the step a job gets) and
+``build_step_blocks`` (only the repeated blocks compiled); each gets its ratios
+(``ratio_<kind>`` for the first, ``<way>_ratio_<kind>`` for the others).
+
 A cold figure moves by a second or more from one process to the next;
 ``--repeats N`` runs N cold/warm pairs of each way, the ways taking turns, and
 reports each figure's median.
@@ -48,7 +53,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-WAYS = ("build_step_compiled", "compile")
+OURS = ("build_step_compiled", "build_step_blocks")
+THEIRS = "compile"
 KINDS = ("cold", "warm")
 SIZES = ("small gpt d128", "small gpt d512", "small gpt d1024")
 SCRIPT = Path(__file__).with_name("ddp_step.py")
@@ -73,14 +79,16 @@ def run_process(size: str, way: str, cache: Path, first: str = "function") -> di
             "facts": doc}
 
 
-def measure(size: str, repeats: int = 1, first: str = "function") -> dict[str, Any]:
-    """Both ways' cold and warm figures at one size: each the median of ``repeats``
-    cold/warm pairs (every pair in new folders; the ways take turns), all kept in
-    ``<key>_all``."""
-    row: dict[str, Any] = {"name": size, "repeats": repeats, "first_compile": first}
+def measure(size: str, repeats: int = 1, first: str = "function",
+            ours: tuple[str, ...] = OURS[:1]) -> dict[str, Any]:
+    """Each way's cold and warm figures at one size (``ours``, then compile): each the
+    median of ``repeats`` cold/warm pairs (every pair in new folders; the ways take
+    turns), all kept in ``<key>_all``."""
+    row: dict[str, Any] = {"name": size, "repeats": repeats, "first_compile": first, "ours": list(ours)}
     samples: dict[str, list[float]] = {}
+    ways = (*ours, THEIRS)
     for repeat in range(repeats):
-        for way in WAYS[repeat % len(WAYS):] + WAYS[:repeat % len(WAYS)]:
+        for way in ways[repeat % len(ways):] + ways[:repeat % len(ways)]:
             with tempfile.TemporaryDirectory(prefix="compile-setup-") as folder:
                 for kind in KINDS:  # warm: the second process on the cold one's folders
                     got = run_process(size, way, Path(folder), first)
@@ -90,28 +98,36 @@ def measure(size: str, repeats: int = 1, first: str = "function") -> dict[str, A
     for key, values in samples.items():
         row[key] = statistics.median(values)
         row[f"{key}_all"] = values
-    for kind in KINDS:
-        ours, theirs = (row[f"{way}_{kind}_setup_s"] for way in WAYS)
-        paid = {way: row[f"{way}_{kind}_first_compile_s"] for way in WAYS}
-        row[f"ratio_{kind}"] = theirs / ours
-        row[f"ratio_{kind}_with_first_compile"] = ((theirs + paid["compile"])
-                                                   / (ours + paid["build_step_compiled"]))
+    for number, way in enumerate(ours):
+        prefix = "" if number == 0 else f"{way}_"
+        for kind in KINDS:
+            mine, theirs = row[f"{way}_{kind}_setup_s"], row[f"{THEIRS}_{kind}_setup_s"]
+            paid = {w: row[f"{w}_{kind}_first_compile_s"] for w in (way, THEIRS)}
+            row[f"{prefix}ratio_{kind}"] = theirs / mine
+            row[f"{prefix}ratio_{kind}_with_first_compile"] = (theirs + paid[THEIRS]) / (mine + paid[way])
     return row
 
 
-def format_row(row: dict[str, Any]) -> str:
-    cells = [f"{row[f'{way}_{kind}_setup_s']:5.1f} ({row[f'{way}_{kind}_compiler_s']:4.1f})"
-             for way in WAYS for kind in KINDS]
-    cells += [f"{row[f'ratio_{kind}']:.2f}x / {row[f'ratio_{kind}_with_first_compile']:.2f}x" for kind in KINDS]
-    cells += ["/".join(f"{row[f'{way}_{kind}_first_compile_s']:.1f}" for way in WAYS for kind in KINDS),
-              "/".join(f"{row[f'{way}_{kind}_eager_s']:.1f}" for way in WAYS for kind in KINDS)]
-    return f"{row['name']:<20} " + " ".join(f"{c:>15}" for c in cells)
+def format_rows(row: dict[str, Any]) -> list[str]:
+    """One line per way of ours: its set-up and compile's, and their ratios."""
+    lines = []
+    for number, way in enumerate(row["ours"]):
+        prefix = "" if number == 0 else f"{way}_"
+        pair = (way, THEIRS)
+        cells = [f"{row[f'{w}_{kind}_setup_s']:5.1f} ({row[f'{w}_{kind}_compiler_s']:4.1f})"
+                 for w in pair for kind in KINDS]
+        cells += [f"{row[f'{prefix}ratio_{kind}']:.2f}x / {row[f'{prefix}ratio_{kind}_with_first_compile']:.2f}x"
+                  for kind in KINDS]
+        cells += ["/".join(f"{row[f'{w}_{kind}_first_compile_s']:.1f}" for w in pair for kind in KINDS),
+                  "/".join(f"{row[f'{w}_{kind}_eager_s']:.1f}" for w in pair for kind in KINDS)]
+        lines.append(f"{row['name']:<20} {way:<20} " + " ".join(f"{c:>15}" for c in cells))
+    return lines
 
 
-HEADER = (f"{'model':<20} " + " ".join(f"{c:>15}" for c in (
+HEADER = (f"{'model':<20} {'ours':<20} " + " ".join(f"{c:>15}" for c in (
     "ours cold", "ours warm", "cmp cold", "cmp warm", "cold: own/+1st", "warm: own/+1st",
     "first compile s", "eager s"))
-    + "\n(s, compiling in brackets; ratio = compile / build_step compiled, own set-up / with each's first"
+    + "\n(s, compiling in brackets; ratio = compile / ours, own set-up / with each's first"
     " compile; first compile and eager: ours cold/warm/cmp cold/warm)")
 
 
@@ -124,17 +140,23 @@ def main() -> None:
     parser.add_argument("--first-compile", choices=("function", "model"), default="function",
                         help="what each process compiles first, apart (ddp_step.py --first-compile; "
                         "default: function)")
+    parser.add_argument("--ours", default=OURS[0],
+                        help=f"comma-separated, of: {', '.join(OURS)}: the compiled build_step ways "
+                        f"measured against compile (default: {OURS[0]})")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error(f"--repeats must be 1 or more, not {args.repeats}")
+    ours = tuple(w for w in args.ours.split(",") if w)
+    if not ours or set(ours) - set(OURS):
+        parser.error(f"--ours {args.ours!r}: choose from {', '.join(OURS)}")
     sizes = [s for s in args.only.split(",") if s]
     rows = []
     for size in sizes:
-        rows.append(measure(size, args.repeats, args.first_compile))
+        rows.append(measure(size, args.repeats, args.first_compile, ours))
         if len(rows) == 1:
             print(json.dumps(rows[0]["facts"]), HEADER, sep="\n", flush=True)
-        print(format_row(rows[-1]), flush=True)
+        print(*format_rows(rows[-1]), sep="\n", flush=True)
         if args.json:  # after every size: a run cut short keeps what it measured
             Path(args.json).write_text(json.dumps({"rows": rows}, indent=2))
 
