@@ -79,6 +79,11 @@ def run_process(size: str, way: str, cache: Path, first: str = "function") -> di
             "facts": doc}
 
 
+def ratio_prefix(ours: list[str] | tuple[str, ...], way: str) -> str:
+    """The prefix of ``way``'s ratio keys: none for the first of ours, ``<way>_`` for the others."""
+    return "" if way == ours[0] else f"{way}_"
+
+
 def measure(size: str, repeats: int = 1, first: str = "function",
             ours: tuple[str, ...] = OURS[:1]) -> dict[str, Any]:
     """Each way's cold and warm figures at one size (``ours``, then compile): each the
@@ -98,8 +103,8 @@ def measure(size: str, repeats: int = 1, first: str = "function",
     for key, values in samples.items():
         row[key] = statistics.median(values)
         row[f"{key}_all"] = values
-    for number, way in enumerate(ours):
-        prefix = "" if number == 0 else f"{way}_"
+    for way in ours:
+        prefix = ratio_prefix(ours, way)
         for kind in KINDS:
             mine, theirs = row[f"{way}_{kind}_setup_s"], row[f"{THEIRS}_{kind}_setup_s"]
             paid = {w: row[f"{w}_{kind}_first_compile_s"] for w in (way, THEIRS)}
@@ -111,8 +116,8 @@ def measure(size: str, repeats: int = 1, first: str = "function",
 def format_rows(row: dict[str, Any]) -> list[str]:
     """One line per way of ours: its set-up and compile's, and their ratios."""
     lines = []
-    for number, way in enumerate(row["ours"]):
-        prefix = "" if number == 0 else f"{way}_"
+    for way in row["ours"]:
+        prefix = ratio_prefix(row["ours"], way)
         pair = (way, THEIRS)
         cells = [f"{row[f'{w}_{kind}_setup_s']:5.1f} ({row[f'{w}_{kind}_compiler_s']:4.1f})"
                  for w in pair for kind in KINDS]

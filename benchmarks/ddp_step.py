@@ -567,6 +567,10 @@ RATIOS = {  # name: (numerator way, denominator way)
     "blocks_vs_compile": ("compile", "build_step_blocks"),
     "compiled_vs_blocks": ("build_step_blocks", "build_step_compiled"),
 }
+SETUP_RATIOS = {  # name: the compiled build_step way whose set-up compile's is divided by
+    "setup_vs_compile": "build_step_compiled",
+    "blocks_setup_vs_compile": "build_step_blocks",
+}
 OPTIMIZER_BYTES_PER_PARAM = 28 + 12  # fused AdamW over float32 + clipping (see the docstring)
 DATASHEET = {"H100": (989e12, 3.35e12), "H200": (989e12, 4.8e12)}  # dense bf16 FLOP/s, bytes/s
 
@@ -690,10 +694,9 @@ def bench_config(
         row["compiled_reason"] = kept_compiled.reason
     if compiled is not None:
         row["compiled"] = compiled
-    if "compile_setup_s" in row and "build_step_compiled_setup_s" in row:
-        row["setup_vs_compile"] = row["compile_setup_s"] / row["build_step_compiled_setup_s"]
-    if "compile_setup_s" in row and "build_step_blocks_setup_s" in row:
-        row["blocks_setup_vs_compile"] = row["compile_setup_s"] / row["build_step_blocks_setup_s"]
+    for name, way in SETUP_RATIOS.items():
+        if "compile_setup_s" in row and f"{way}_setup_s" in row:
+            row[name] = row["compile_setup_s"] / row[f"{way}_setup_s"]
     if "graphed" in med:
         row["graphed_tflops"] = cfg.flops_per_step() / (med["graphed"] * 1e-3) / 1e12
     if rates is not None:
@@ -723,7 +726,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     """Per model and optimizer: each way's step time, then the ratios the ways allow."""
     ways = [w for w in (*WAYS, "compile_eager") if f"{w}_ms" in rows[0]]
     built = [w for w in (*WAYS, "compile_eager") if f"{w}_setup_s" in rows[0]]
-    ratios = [r for r in (*RATIOS, "setup_vs_compile", "blocks_setup_vs_compile") if r in rows[0]]
+    ratios = [r for r in (*RATIOS, *SETUP_RATIOS) if r in rows[0]]
     extra = [k for k in ("kept", "kept_compiled", "compiled") if k in rows[0]]
     roofline = ["roofline_ms"] if "roofline_ms" in rows[0] else []
     multiples = [f"{w}_x_roofline" for w in ways if f"{w}_x_roofline" in rows[0]]
