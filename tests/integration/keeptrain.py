@@ -116,6 +116,26 @@ def squeue_state(dev_cluster: Any, job_id: str) -> str:
                           env=dev_cluster.slurm_env(), check=False).stdout.strip()
 
 
+def wait_gone(dev_cluster: Any, job_id: str, timeout: float = 120) -> None:
+    """Until the job has left squeue (COMPLETING included): its nodes are free again."""
+    deadline = time.monotonic() + timeout
+    while squeue_state(dev_cluster, job_id):
+        assert time.monotonic() < deadline, f"job {job_id} is still {squeue_state(dev_cluster, job_id)}"
+        time.sleep(0.5)
+
+
+def wait_idle(dev_cluster: Any, partition: str, timeout: float = 180) -> None:
+    """Until every node of the partition is idle, so that Slurm hands out the lowest-named
+    nodes first and a test may name them (n1 runs the batch script, n2 the second node)."""
+    def states() -> str:
+        return subprocess.run(["sinfo", "-h", "-N", "-p", partition, "-o", "%N=%T"], capture_output=True,
+                              text=True, env=dev_cluster.slurm_env(), check=True).stdout
+    deadline = time.monotonic() + timeout
+    while any(not line.endswith("=idle") for line in states().split()):
+        assert time.monotonic() < deadline, f"partition {partition} is not idle: {states().split()}"
+        time.sleep(0.5)
+
+
 def wait_running(dev_cluster: Any, job_id: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while squeue_state(dev_cluster, job_id) != "RUNNING":

@@ -26,11 +26,19 @@ from keeptrain import (
     squeue_state,
     submit,
     training,
+    wait_gone,
+    wait_idle,
 )
 
 pytestmark = pytest.mark.integration
 
 RESTART_S = 10  # from the end of the failed attempt to the new step
+
+
+@pytest.fixture(autouse=True)
+def debug_idle(dev_cluster: Any) -> None:
+    """Each test names the nodes it expects (n1-n3): none is still held by the one before."""
+    wait_idle(dev_cluster, "debug")
 
 
 @contextmanager
@@ -48,6 +56,7 @@ def busy(dev_cluster: Any) -> Iterator[str]:
         yield waiting
     finally:
         subprocess.run(["scancel", waiting], env=dev_cluster.slurm_env(), check=False)
+        wait_gone(dev_cluster, waiting)  # it may have started once the job under test ended
 
 
 def spare_job(folder: Path, name: str, *args: str, spares: int = 1) -> Path:
