@@ -75,9 +75,11 @@ def test_a_hung_rank_is_named_with_its_node_and_the_job_resumes_without_it(
     assert_same_weights(keep_folder / "ck-hang.weights", reference_weights)
 
 
+@pytest.mark.side_partition
 def test_a_raised_rank_ends_the_attempt_at_once_and_is_named_but_no_node_is_blamed(
-        dev_cluster: Any, keep_folder: Path, reference_weights: Path) -> None:
-    job_id = submit(dev_cluster, job(keep_folder, "ck-raise", "--plant", "0:raise:2:6"))
+        dev_cluster: Any, keep_folder: Path, side_reference_weights: Path) -> None:
+    job_id = submit(dev_cluster, job(keep_folder, "ck-raise", "--plant", "0:raise:2:6",
+                                     profile=side_profile(keep_folder)))
     record = chain_record(keep_folder, job_id)
     first, second = record["attempts"]
     assert first["ended"] == "crash", first
@@ -89,7 +91,7 @@ def test_a_raised_rank_ends_the_attempt_at_once_and_is_named_but_no_node_is_blam
     assert 0 <= first["detected_after_s"] < 10, first
     assert "excluded" not in first and not record.get("exclude")  # a program error is no node's fault
     assert second["ended"] == "completed" and record["final"]["exit_code"] == 0
-    assert_same_weights(keep_folder / "ck-raise.weights", reference_weights)
+    assert_same_weights(keep_folder / "ck-raise.weights", side_reference_weights)
 
 
 @pytest.mark.side_partition

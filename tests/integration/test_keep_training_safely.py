@@ -173,14 +173,16 @@ def test_a_node_slurm_marks_down_or_drains_mid_attempt_ends_it_within_seconds(
     assert_same_weights(keep_folder / f"{name}.weights", reference_weights)
 
 
+@pytest.mark.side_partition
 def test_a_save_longer_than_hang_timeout_inside_paused_is_no_hang(
-        dev_cluster: Any, keep_folder: Path, reference_weights: Path) -> None:
-    job_id = submit(dev_cluster, job(keep_folder, "ck-slow-save", "--slow-save", f"8:{2 * HANG_TIMEOUT_S}"))
+        dev_cluster: Any, keep_folder: Path, side_reference_weights: Path) -> None:
+    job_id = submit(dev_cluster, job(keep_folder, "ck-slow-save", "--slow-save", f"8:{2 * HANG_TIMEOUT_S}",
+                                     profile=side_profile(keep_folder)))
     record = chain_record(keep_folder, job_id)
     assert [a["ended"] for a in record["attempts"]] == ["completed"], record
     attempt = record["attempts"][0]
     assert attempt["ended_at"] - attempt["started_at"] > 2 * HANG_TIMEOUT_S  # the pause outlasted hang_timeout
-    assert_same_weights(keep_folder / "ck-slow-save.weights", reference_weights)
+    assert_same_weights(keep_folder / "ck-slow-save.weights", side_reference_weights)
 
 
 def test_cancel_of_the_first_job_ends_the_chain_where_it_runs_now(dev_cluster: Any, keep_folder: Path) -> None:
