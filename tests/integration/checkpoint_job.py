@@ -157,16 +157,6 @@ def start_attempt(workdir: Path, number: int, *options: str) -> Attempt:
     return Attempt(number, processes)
 
 
-def wait_until(condition: Any, deadline_s: float, what: str) -> None:
-    """Poll ``condition()`` every 0.1 s (another process's files); AssertionError at the deadline."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {deadline_s:.0f} s waiting for {what}")
-
-
 if __name__ == "__main__":
     code = rank_main(sys.argv[1:])
     # As examples/train_ddp.py: leave without tearing the gloo group down under a peer.

@@ -116,14 +116,6 @@ def squeue_state(dev_cluster: Any, job_id: str) -> str:
                           env=dev_cluster.slurm_env(), check=False).stdout.strip()
 
 
-def wait_gone(dev_cluster: Any, job_id: str, timeout: float = 120) -> None:
-    """Until the job has left squeue (COMPLETING included): its nodes are free again."""
-    deadline = time.monotonic() + timeout
-    while squeue_state(dev_cluster, job_id):
-        assert time.monotonic() < deadline, f"job {job_id} is still {squeue_state(dev_cluster, job_id)}"
-        time.sleep(0.5)
-
-
 def wait_idle(dev_cluster: Any, partition: str, timeout: float = 180) -> None:
     """Until every node of the partition is idle, so that Slurm hands out the lowest-named
     nodes first and a test may name them (n1 runs the batch script, n2 the second node)."""
@@ -136,10 +128,12 @@ def wait_idle(dev_cluster: Any, partition: str, timeout: float = 180) -> None:
         time.sleep(0.5)
 
 
-def wait_running(dev_cluster: Any, job_id: str, timeout: float = 120) -> None:
+def wait_state(dev_cluster: Any, job_id: str, state: str, timeout: float = 120) -> None:
+    """Until squeue shows the job in `state`; "" once it has left squeue (COMPLETING
+    included: its nodes are free again)."""
     deadline = time.monotonic() + timeout
-    while squeue_state(dev_cluster, job_id) != "RUNNING":
-        assert time.monotonic() < deadline, f"job {job_id} did not start: {squeue_state(dev_cluster, job_id)}"
+    while (now := squeue_state(dev_cluster, job_id)) != state:
+        assert time.monotonic() < deadline, f"job {job_id} is {now or 'gone'!r}, not {state or 'gone'!r}"
         time.sleep(0.5)
 
 
@@ -151,7 +145,7 @@ def holding(dev_cluster: Any, nodes: str, seconds: int = 900) -> Iterator[str]:
                           capture_output=True, text=True, env=dev_cluster.slurm_env(), check=True)
     holder = done.stdout.strip().split(";")[0]
     try:
-        wait_running(dev_cluster, holder)
+        wait_state(dev_cluster, holder, "RUNNING")
         yield holder
     finally:
         subprocess.run(["scancel", holder], env=dev_cluster.slurm_env(), check=False, capture_output=True)

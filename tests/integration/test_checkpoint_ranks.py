@@ -17,7 +17,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from checkpoint_job import STEPS, Attempt, start_attempt, wait_until
+from checkpoint_job import STEPS, Attempt, start_attempt
+from supervised_job import wait_until
 
 from cluster_kit.checkpoint import store
 

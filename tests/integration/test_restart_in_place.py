@@ -10,7 +10,6 @@ When the batch script's own node fails, the standby job takes the chain over.
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,8 +25,8 @@ from keeptrain import (
     squeue_state,
     submit,
     training,
-    wait_gone,
     wait_idle,
+    wait_state,
 )
 
 pytestmark = pytest.mark.integration
@@ -49,14 +48,11 @@ def busy(dev_cluster: Any) -> Iterator[str]:
                           check=True)
     waiting = done.stdout.strip().split(";")[0]
     try:
-        deadline = time.monotonic() + 60
-        while squeue_state(dev_cluster, waiting) != "PENDING":
-            assert time.monotonic() < deadline, f"the waiting job is {squeue_state(dev_cluster, waiting)!r}"
-            time.sleep(0.5)
+        wait_state(dev_cluster, waiting, "PENDING", timeout=60)
         yield waiting
     finally:
         subprocess.run(["scancel", waiting], env=dev_cluster.slurm_env(), check=False)
-        wait_gone(dev_cluster, waiting)  # it may have started once the job under test ended
+        wait_state(dev_cluster, waiting, "")  # it may have started once the job under test ended
 
 
 def spare_job(folder: Path, name: str, *args: str, spares: int = 1) -> Path:
