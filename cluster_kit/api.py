@@ -163,7 +163,8 @@ class Job:
         now): True if Slurm cancelled any, False if they had already ended."""
         from cluster_kit import lifecycle
 
-        return any(cancelled for _, cancelled in lifecycle.cancel(self._get_runner(), self.id))
+        return any(cancelled for _, cancelled, role in lifecycle.cancel(self._get_runner(), self.id)
+                   if role != "standby")
 
     def close(self) -> None:
         """Close an SSH connection to the login host (reopened when needed)."""

@@ -89,6 +89,7 @@ heartbeat: Callable[[], None] = _supervision.heartbeat
 stop_requested: Callable[[], bool] = _supervision.stop_requested
 enable_supervision: Callable[[], Any] = _supervision.enable_supervision
 paused: Callable[..., Any] = _supervision.paused
+finished: Callable[[], None] = _supervision.finished
 compile_options: Callable[[Any], dict[str, Any] | None] = _compile.compile_options
 compile_requested: Callable[..., dict[str, Any] | None] = _compile.options_from_env
 
@@ -1290,6 +1291,7 @@ def build_step(
     kernels, with the reason in ``step.reason``; ``step.compiled`` says which ran.
     """
     enable_supervision()  # a hang in warm-up or capture is diagnosed too
+    _supervision.finish_at_exit()  # a run whose loop ends without a stop asked is done
     wanted = graphs_requested() if enabled is None else enabled
     options = compile_requested() if compile is None else compile_options(compile)
     step = GraphedStep(

@@ -12,6 +12,12 @@ ranks only through files in one folder every node sees, ``$CLUSTERKIT_CONTROL_DI
 * runs one daemon thread that polls the folder: ``stop`` (and SIGUSR1, or SIGTERM:
   the time limit, preemption) turn :func:`stop_requested` True; a new id in ``dump-request`` makes the rank write its
   Python stacks, its Flight Recorder history as JSON and then a ``.done`` marker;
+* writes ``stopped/rank-<RANK>`` (``<cause> <unix_time>``) the first time it is told to
+  stop (``SIGTERM``, ``SIGUSR1`` or ``stop file``), and ``finished/rank-<RANK>``
+  (``<steps> <unix_time>``) once the script reports that training is done
+  (:func:`finished`, :func:`cluster_kit.checkpoint.wait` with no stop asked, or the end
+  of a process that ran ``build_step`` and was never told to stop): an attempt that
+  stopped without finishing is requeued, never counted as completed;
 * writes ``exceptions/rank-<RANK>.txt`` on an uncaught exception, then its Flight
   Recorder beside it (``exceptions/rank-<RANK>.fr.json``, within a few seconds: a
   rank that failed waiting in a collective shows which one), and lets faulthandler
@@ -28,6 +34,7 @@ imported here. ``cluster_kit.ddp`` re-exports the public calls.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import faulthandler
 import json
@@ -40,6 +47,7 @@ import sys
 import threading
 import time
 import traceback
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
@@ -47,6 +55,9 @@ from typing import Any
 CONTROL_DIR_ENV = "CLUSTERKIT_CONTROL_DIR"
 INTERVAL_ENV = "CLUSTERKIT_HEARTBEAT_INTERVAL"
 DEFAULT_INTERVAL_S = 1.0
+DEFAULT_PAUSE_MAX_S = 1800.0  # paused() longer than this is a hang after all (a save stuck on a hung file system)
+STOPPED = "stopped"  # the control folder's sub-folder: rank-<R> = `<cause> <time>`, written once
+FINISHED = "finished"  # rank-<R> = `<steps> <time>`: the script said training is done
 POLL_S = 0.5  # the watcher's stat of `stop` and `dump-request`
 FR_TIMEOUT_S = 20.0  # a Flight Recorder dump that takes longer is left out, the stack stays
 EXIT_FR_TIMEOUT_S = 5.0  # at an uncaught exception: the process is on its way out, keep it short
@@ -144,6 +155,9 @@ class Supervision:
         self._written_steps = -1
         self._pauses = 0  # nesting depth of paused()
         self.pause_reason = ""
+        self._stop_noted = False
+        self._finished = False
+        self._exit_hooked = False
         self._pause_mark = ""  # "paused:<since>" while paused, "resumed:<at>" after the last pause
         self._fd: int | None = None
         self._length = 0
@@ -199,12 +213,14 @@ class Supervision:
             os.ftruncate(self._fd, len(line))
         self._length = len(line)
 
-    def pause(self, reason: str) -> None:
-        """The hang clock stops from now until :meth:`resume` (pauses nest)."""
+    def pause(self, reason: str, max_s: float = DEFAULT_PAUSE_MAX_S) -> None:
+        """The hang clock stops from now until :meth:`resume` (pauses nest), for at most
+        `max_s` seconds: a pause that lasts longer is a hang, named with its reason."""
         with self._lock:
             self._pauses += 1
             if self._pauses == 1:
-                self._pause_mark = f"paused:{time.time():.3f}"
+                quoted = urllib.parse.quote(reason[:200], safe="")
+                self._pause_mark = f"paused:{time.time():.3f}:{float(max_s):g}:{quoted}"
                 self.pause_reason = reason
         self._write_now()
 
@@ -219,6 +235,29 @@ class Supervision:
     def _write_now(self) -> None:
         self._next_write = 0.0
         self.write_heartbeat()
+
+    def note_stop(self, cause: str) -> None:
+        """Turn stop_requested() on, and tell the supervisor once why (``stopped/rank-R``):
+        an attempt whose ranks stopped without finishing is requeued, not completed."""
+        self.stop = True
+        if self._stop_noted or os.getpid() != self.pid:
+            return
+        self._stop_noted = True
+        self._write_note(STOPPED, f"{cause} {time.time():.3f}\n")
+
+    def finish(self) -> None:
+        """Tell the supervisor that training is done (``finished/rank-R``), once."""
+        if self._finished or os.getpid() != self.pid:
+            return
+        self._finished = True
+        self._write_note(FINISHED, f"{self.steps} {time.time():.3f}\n")
+
+    def _write_note(self, folder: str, text: str) -> None:
+        try:
+            _make_dir(self.path(folder))
+            write_private(self.path(folder, f"rank-{self.rank}"), text.encode())
+        except OSError as exc:
+            _log_once(f"cannot write {folder}/rank-{self.rank}: {exc}")
 
     def flush_heartbeat(self) -> None:
         """Write the last counted steps once the loop has stopped beating (watcher side)."""
@@ -255,7 +294,7 @@ class Supervision:
     def poll_once(self) -> None:
         """One look at the folder: the stop file, a new dump request, a stale heartbeat."""
         if not self.stop and os.path.exists(self.path("stop")):
-            self.stop = True
+            self.note_stop("stop-file")
         request = self.new_request()
         if request is not None:
             self.dump(request)
@@ -399,7 +438,7 @@ class Supervision:
         seen: list[int] = []
 
         def handler(number: int, frame: Any) -> None:
-            self.stop = True
+            self.note_stop(signal.Signals(number).name)
             seen.append(number)
             if callable(previous):
                 previous(number, frame)
@@ -418,7 +457,10 @@ class _Off:
     def beat(self) -> None:
         pass
 
-    def pause(self, reason: str) -> None:
+    def pause(self, reason: str, max_s: float = DEFAULT_PAUSE_MAX_S) -> None:
+        pass
+
+    def finish(self) -> None:
         pass
 
     def resume(self) -> None:
@@ -499,16 +541,36 @@ def stop_requested() -> bool:
     return bool((_ACTIVE or _enabled()).stop)
 
 
+def finished() -> None:
+    """Report that training is done (no-op when unsupervised).
+
+    An attempt whose ranks were told to stop (the time limit, preemption) and exited
+    without this report is requeued to go on from its checkpoint; with it, the chain
+    is completed. :func:`cluster_kit.checkpoint.wait` reports it when no stop was asked.
+    """
+    (_ACTIVE or _enabled()).finish()
+
+
+def finish_at_exit() -> None:
+    """At the process's normal exit, report :func:`finished` unless a stop was asked
+    (``build_step`` calls it: a loop that ran out of steps is done)."""
+    link = _ACTIVE or _enabled()
+    if isinstance(link, Supervision) and not link._exit_hooked:
+        link._exit_hooked = True
+        atexit.register(lambda: None if link.stop else link.finish())
+
+
 @contextlib.contextmanager
-def paused(reason: str = "paused") -> Iterator[None]:
+def paused(reason: str = "paused", max_s: float = DEFAULT_PAUSE_MAX_S) -> Iterator[None]:
     """Stop the job's hang clock while the block runs (a checkpoint save, an evaluation).
 
     While any rank is inside, no rank counts as hung; when the last one leaves, every
-    rank's clock starts again from then. ``reason`` is for the logs. A no-op when the
-    job is not supervised.
+    rank's clock starts again from then. A pause longer than ``max_s`` seconds (default
+    30 minutes: a save stuck on a hung file system) is a hang after all, and the
+    diagnosis names ``reason``. A no-op when the job is not supervised.
     """
     link = _ACTIVE or _enabled()
-    link.pause(reason)
+    link.pause(reason, max_s)
     try:
         yield
     finally:

@@ -18,7 +18,8 @@ interrupted and resumed trains on the same data as one that was not.
 Faults to try the supervisor with: `--plant ATTEMPT:KIND:RANK:STEP` (repeatable;
 ATTEMPT a number, compared with `CLUSTERKIT_ATTEMPT`, or `any`): KIND `hang` stops
 the rank in `load_batch` at that step (the others wait in DDP's all-reduce),
-`raise` makes it raise there, `segv` kills it with a segmentation fault. `--plant 0:hang:3:10` hangs rank 3 at step 10 of
+`raise` makes it raise there, `segv` kills it with a segmentation fault, `oom` makes it
+allocate host memory until the kernel's OOM killer ends it (inside a job with `mem:`). `--plant 0:hang:3:10` hangs rank 3 at step 10 of
 the first attempt only. `--ignore-stop` never looks at `stop_requested()` (a script
 not written for clusterkit, killed at its time limit); `--slow-save STEP:SECONDS`
 keeps rank 0 inside `ddp.paused` that much longer after STEP, as a slow save would.
@@ -50,7 +51,7 @@ def parse_args() -> argparse.Namespace:
                         help="steps between checkpoints, a duration (30m) or auto")
     parser.add_argument("--weights-out", default="", help="rank 0 writes the final weights here (torch.save)")
     parser.add_argument("--plant", action="append", default=[], type=planted, metavar="ATTEMPT:KIND:RANK:STEP",
-                        help="a fault: KIND hang, raise or segv, ATTEMPT a number or any (repeatable)")
+                        help="a fault: KIND hang, raise, segv or oom, ATTEMPT a number or any (repeatable)")
     parser.add_argument("--ignore-stop", action="store_true",
                         help="never look at stop_requested() (a script not written for clusterkit)")
     parser.add_argument("--slow-save", type=slow_save, default=(-1, 0.0), metavar="STEP:SECONDS",
@@ -60,7 +61,7 @@ def parse_args() -> argparse.Namespace:
 
 def planted(text: str) -> tuple[str, str, int, int]:
     attempt, kind, rank, step = text.split(":")
-    if kind not in ("hang", "raise", "segv") or not (attempt == "any" or attempt.isdigit()):
+    if kind not in ("hang", "raise", "segv", "oom") or not (attempt == "any" or attempt.isdigit()):
         raise ValueError(text)
     return attempt, kind, int(rank), int(step)
 
@@ -71,7 +72,7 @@ def slow_save(text: str) -> tuple[int, float]:
 
 
 def fault_at(plants: list, attempt: int, rank: int, step: int) -> str | None:
-    """`hang`, `raise`, `segv` or None: what was planted for this rank at this step of this attempt."""
+    """`hang`, `raise`, `segv`, `oom` or None: what was planted for this rank at this step of this attempt."""
     for when, kind, where, at in plants:
         if when in ("any", str(attempt)) and (where, at) == (rank, step):
             return kind
@@ -114,6 +115,10 @@ def main() -> int:
             raise RuntimeError(f"rank {rank}: planted fault at step {step}")
         if fault == "segv":  # as a GPU or memory fault kills a process: a node's fault, not the script's
             faulthandler._sigsegv()
+        if fault == "oom":  # a leak: memory touched page by page until the cgroup's OOM killer ends it
+            hoard = []
+            while True:
+                hoard.append(bytearray(64 << 20))
         inputs, targets = load_batch(step, rank, fault == "hang")
         optimizer.zero_grad()
         nn.functional.mse_loss(wrapped(inputs), targets).backward()

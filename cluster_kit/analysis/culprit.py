@@ -43,6 +43,7 @@ from .faults import (
     classify,
     error_signature,
     headline,
+    mask,
 )
 from .flight_recorder import DEFAULT_GROUP, Collective, RankDump, group_order
 from .rank_files import ExceptionReport, RankFiles, user_frame
@@ -73,6 +74,18 @@ class Culprit:
     evidence: str
     blames: tuple[Blame, ...] = ()
     waiting_in: Collective | None = None  # the collective the other ranks wait in
+
+    def signature(self) -> Signature | None:
+        """What stays the same when the script hangs the same way on other nodes: each
+        blamed rank's reason with its numbers masked (the collective's op, not its
+        sequence number) and the place its stack stands in the user's code, line
+        included. None when a blamed rank left no stack: nothing then says it is the
+        script's (a rank stuck outside Python may be a node's driver)."""
+        if not self.blames or not all(b.where for b in self.blames):
+            return None
+        first = self.blames[0]
+        key = "; ".join(f"hang: {mask(b.reason)} at {b.where}" for b in self.blames)
+        return Signature(f"rank {first.rank} {first.reason}", first.where, key)
 
 
 @dataclass(frozen=True)

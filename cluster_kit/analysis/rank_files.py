@@ -1,6 +1,9 @@
 """The files supervised ranks write in the control folder, read back (pure parsers + one reader).
 
-``heartbeat/rank-<R>``: ``<steps> <unix_time> <host> <pid>``. ``dumps/<id>/rank-<R>.stack``:
+``heartbeat/rank-<R>``: ``<steps> <unix_time> <host> <pid> [paused:<since>[:<max_s>:<reason>]|resumed:<at>]``
+(the reason URL-quoted). ``stopped/rank-<R>``: ``<cause> <unix_time>``, the first stop
+the rank was told (``SIGTERM``, ``SIGUSR1``, ``stop-file``); ``finished/rank-<R>``:
+``<steps> <unix_time>``, the script said training is done. ``dumps/<id>/rank-<R>.stack``:
 ``key: value`` header lines (rank, host, pid, steps, time, main_thread), a blank line,
 then faulthandler's dump of every thread. ``exceptions/rank-<R>.txt``: the same kind of
 header, then the traceback; ``exceptions/rank-<R>.fr.json``: the rank's Flight Recorder
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import urllib.parse
 from dataclasses import dataclass, replace
 
 from .flight_recorder import DumpError, RankDump, parse_dump, parse_dump_bytes
@@ -28,6 +32,8 @@ FRAME_LINE = re.compile(r'\s+File "(?P<path>.*)", line (?P<line>\d+),? in (?P<fu
 LIBRARY_PATH = re.compile(r"(^<)|/site-packages/|/dist-packages/|/lib/python3\.\d+/|/cluster_kit/")
 MAX_FILE_BYTES = 4 << 20  # dumps are KBs; anything bigger is read only this far
 NCCL_DUMPS = "nccl-dumps"  # the control folder's sub-folder for NCCL's own timeout dumps
+STOPPED = "stopped"  # rank-<R>: the first stop the rank was told, and when
+FINISHED = "finished"  # rank-<R>: the script said training is done
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,8 @@ class Heartbeat:
     pid: int
     paused_since: float | None = None  # the rank is inside ddp.paused() since then
     resumed_at: float | None = None  # when its last pause ended
+    pause_max_s: float | None = None  # how long that pause may stop the hang clock (None: no ceiling)
+    pause_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -124,8 +132,8 @@ def user_frame(frames: tuple[Frame, ...]) -> Frame:
 
 
 def parse_heartbeat(text: str) -> Heartbeat:
-    """``<steps> <unix_time> <host> <pid> [paused:<since>|resumed:<at>]``; ValueError
-    naming what is wrong."""
+    """``<steps> <unix_time> <host> <pid> [paused:<since>[:<max_s>:<reason>]|resumed:<at>]``;
+    ValueError naming what is wrong."""
     fields = text.split("\n", 1)[0].split()
     if len(fields) not in (4, 5):
         raise ValueError(f"a heartbeat line has 4 or 5 fields (steps time host pid [pause]), not {text[:80]!r}")
@@ -135,8 +143,34 @@ def parse_heartbeat(text: str) -> Heartbeat:
         kind, sep, at = fields[4].partition(":")
         if not sep or kind not in ("paused", "resumed"):
             raise ValueError(f"a heartbeat's fifth field is paused:<time> or resumed:<time>, not {fields[4][:40]!r}")
-        beat = replace(beat, paused_since=float(at)) if kind == "paused" else replace(beat, resumed_at=float(at))
+        if kind == "resumed":
+            return replace(beat, resumed_at=float(at))
+        since, _, rest = at.partition(":")
+        max_s, _, reason = rest.partition(":")
+        beat = replace(beat, paused_since=float(since), pause_max_s=float(max_s) if max_s else None,
+                       pause_reason=urllib.parse.unquote(reason))
     return beat
+
+
+@dataclass(frozen=True)
+class Note:
+    """A rank's ``stopped`` or ``finished`` file: what (the stop's cause, or the steps) and when."""
+
+    rank: int
+    what: str
+    time: float
+
+
+def read_notes(control_dir: str, kind: str) -> dict[int, Note]:
+    """``{rank: Note}`` of the ``stopped`` or ``finished`` files of every rank (unreadable ones left out)."""
+    notes = {}
+    for rank, path in rank_paths(os.path.join(control_dir, kind), "").items():
+        try:
+            what, when = read_text(path).split()[:2]
+            notes[rank] = Note(rank, what, float(when))
+        except (OSError, ValueError):
+            continue
+    return notes
 
 
 def parse_header(text: str) -> tuple[dict[str, str], str]:

@@ -67,7 +67,7 @@ def configure(directory: str | None = None, **options: Any) -> Checkpointer:
 
     with _LOCK:
         if _DEFAULT is not None:
-            _DEFAULT.wait()
+            _DEFAULT.drain()
         _DEFAULT = Checkpointer(directory, **options)
         return _DEFAULT
 

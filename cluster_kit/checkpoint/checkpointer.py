@@ -338,10 +338,17 @@ class Checkpointer:
                 self._thread.join()
             self._thread = None
 
-    def wait(self) -> None:
+    def drain(self) -> None:
         """Block until the background write (if any) is committed; raise its error."""
         self._join_writer()
         self._raise_failure()
+
+    def wait(self) -> None:
+        """:meth:`drain`, after the training loop: with no stop asked, it also tells a
+        supervised job's supervisor that training is done (:func:`cluster_kit.ddp.finished`)."""
+        self.drain()
+        if not supervision.stop_requested():
+            supervision.finished()
 
     @property
     def in_flight(self) -> bool:

@@ -426,10 +426,13 @@ def cancel(app: App, job_ids: list[str], profile_ref: str | None) -> None:
     from cluster_kit import lifecycle
 
     for job_id in job_ids:
-        for cancelled_id, cancelled in lifecycle.cancel(job_runner(app, profile_ref, job_id), job_id):
-            chain = "" if cancelled_id == job_id else f" (the chain of job {job_id} ran as it)"
-            click.echo(f"cancelled {cancelled_id}{chain}" if cancelled
-                       else f"job {cancelled_id} had already ended")
+        for cancelled_id, cancelled, role in lifecycle.cancel(job_runner(app, profile_ref, job_id), job_id):
+            chain = {"chain": f" (the chain of job {job_id} ran as it)",
+                     "standby": f" (the standby job of job {job_id}'s chain)"}.get(role, "")
+            if cancelled:
+                click.echo(f"cancelled {cancelled_id}{chain}")
+            elif not role or role == "chain":
+                click.echo(f"job {cancelled_id} had already ended")
 
 
 def output_files(runner: Any, job_id: str) -> dict[str, str]:
@@ -595,6 +598,8 @@ def chain_attempt_lines(attempt: dict[str, Any]) -> list[str]:
     """A supervised attempt's blamed ranks and hosts, excluded nodes, what came next, and
     the last lines of each culprit rank's stack."""
     lines = []
+    if attempt.get("waited_s") is not None:
+        lines.append(f"  waited {attempt['waited_s']:g} s to run after the attempt before it ended")
     culprit = attempt.get("culprit") or {}
     if culprit.get("ranks") or culprit.get("hosts"):
         ranks = ",".join(map(str, culprit.get("ranks") or ())) or "-"

@@ -159,13 +159,15 @@ def supervised_sbatch(resilience: Mapping[str, Any] | None) -> dict[str, str]:
     before the time limit (none with grace 0). `no-kill`: the allocation outlives a
     failed node, so the supervisor can blame it and restart without it, in the same
     allocation. `requeue`: when the node of the batch script itself fails, Slurm runs
-    the job again, and its supervisor goes on with the chain. The job's own slurm
-    options are merged over these; the profile's are not.
+    the job again, and its supervisor goes on with the chain. `open-mode=append`: a
+    requeued job (the same id, the same output file) adds to what its earlier attempts
+    wrote, where sbatch would truncate it. The job's own slurm options are merged over
+    these; the profile's are not.
     """
     if resilience is None:
         return {}
     out = {"signal": f"B:USR1@{resilience['grace']}"} if resilience["grace"] > 0 else {}
-    return {**out, "no-kill": "", "requeue": ""}
+    return {**out, "no-kill": "", "requeue": "", "open-mode": "append"}
 
 
 def _without_gpu_requests(extra: Mapping[str, str | None]) -> dict[str, str | None]:

@@ -25,9 +25,9 @@ if TYPE_CHECKING:
 # Slurm's word for how a chain ended, once Slurm forgot its last job.
 FINAL_STATES = {"completed": "COMPLETED", "cancelled": "CANCELLED", "time_limit": "TIMEOUT",
                 "preempted": "PREEMPTED", "node_failure": "NODE_FAIL"}
-ATTEMPT_KEYS = ("attempt", "slurm_job_id", "step", "nodes", "started_at", "ended_at", "ended", "exit_code",
-                "detected_after_s", "culprit", "excluded", "released", "checkpoints", "why", "next_job_id", "output",
-                "stacks")
+ATTEMPT_KEYS = ("attempt", "slurm_job_id", "step", "nodes", "waited_s", "started_at", "ended_at", "ended",
+                "exit_code", "detected_after_s", "culprit", "excluded", "released", "checkpoints", "why",
+                "next_job_id", "without", "output", "stacks")
 
 
 def diagnose_chain(runner: Runner, chain: Chain, job_id: str) -> dict[str, Any]:
@@ -82,8 +82,18 @@ def _blamed_hosts(attempt: dict[str, Any]) -> NodeSet:
     return NodeSet.of(str(h) for h in (attempt.get("culprit") or {}).get("hosts") or ())
 
 
+def _nodes_fault(attempt: dict[str, Any], scripts: set[str]) -> bool:
+    """Whether the attempt's culprit is a node's: not a program error, nor the first of a
+    failure (a hang) that a later attempt had again as the script's (`scripts`: those signatures)."""
+    culprit = attempt.get("culprit") or {}
+    return culprit.get("kind") != "program" and culprit.get("signature") not in scripts
+
+
 def _node_advice(attempts: list[dict[str, Any]]) -> list[str]:
     """A node blamed by two attempts, or for a hang or a node failure: check it, drain it."""
+    scripts = {str(a["culprit"]["signature"]) for a in attempts
+               if (a.get("culprit") or {}).get("kind") == "program" and a["culprit"].get("signature")}
+    attempts = [a for a in attempts if _nodes_fault(a, scripts)]
     blamed = Counter(h for a in attempts for h in _blamed_hosts(a))
     advice = []
     for host, times in blamed.items():
@@ -138,6 +148,9 @@ def _final_advice(chain: Chain) -> list[str]:
         return [(f"the chain stopped: max_time_requeues ({resilience.get('max_time_requeues')}) are used up: "
                  "raise the job's time or resilience.max_time_requeues, and submit it again (the checkpoints "
                  "in its checkpoint_dir let it resume)")]
+    if str(final.get("why") or "").startswith("the script "):
+        return [(f"the chain stopped: {final.get('why')}: no node is to blame; fix the script at that place "
+                 "(its stack is above), then submit the job again")]
     if ended in FAILURES + REQUEUES:
         return [f"the chain stopped: {final.get('why')}: submit the job again once that is fixed"]
     return []

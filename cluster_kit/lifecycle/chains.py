@@ -234,7 +234,9 @@ def restart_line(chain: Chain, job_id: str) -> str:
         ended = "its batch script died"
     following = chain.after(job_id)
     again = "Slurm requeued it as the same job" if following == job_id else f"restarted as job {following}"
-    without = excluded_through(chain, attempt)
+    # the nodes the next job was submitted without, as the record says (older records: the excluded ones)
+    without = (NodeSet.of(str(n) for n in attempt["without"]) if isinstance(attempt.get("without"), list)
+               else excluded_through(chain, attempt))
     # One by one, as the supervisor's own lines name them, not folded.
     return (f"attempt {attempt.get('attempt', '?')} ended ({ended}{': ' + evidence if evidence else ''}); "
             + again + (f" without {','.join(without)}" if without else ""))

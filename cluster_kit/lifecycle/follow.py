@@ -180,18 +180,23 @@ def wait(runner: Runner, job_id: str, on_status: Callable[[jobs.JobStatus], None
     return result
 
 
-def cancel(runner: Runner, job_id: str) -> list[tuple[str, bool]]:
+def cancel(runner: Runner, job_id: str) -> list[tuple[str, bool, str]]:
     """scancel `job_id`, and when it belongs to a supervised chain that goes on, the job
-    the chain runs (or waits) as now: its supervisor then ends the chain as cancelled.
-    (job id, True if Slurm cancelled it / False if it had already ended) for each."""
-    ids = [job_id]
+    the chain runs (or waits) as now and its standby job: its supervisor then ends the
+    chain as cancelled. (job id, True if Slurm cancelled it / False if it had already
+    ended, what it is to `job_id`: "" itself, "chain" the job its chain runs as, "standby")
+    for each, the standby first: it would take the chain over once the job it waits on
+    ended cancelled."""
     try:
         chain = chains.find_chain(runner, job_id)
     except ClusterRefused:
         chain = None
-    if chain is not None and chain.final is None and chain.current_job_id not in ids:
-        ids.append(chain.current_job_id)
-    return [(i, jobs.cancel(runner, i)) for i in ids]
+    standby = str((chain.standby or {}).get("job_id") or "") if chain is not None else ""
+    ids = [(standby, "standby")] if standby.isdigit() and standby != job_id else []
+    ids.append((job_id, ""))
+    if chain is not None and chain.final is None and chain.current_job_id not in (i for i, _ in ids):
+        ids.append((chain.current_job_id, "chain"))
+    return [(i, jobs.cancel(runner, i), role) for i, role in ids]
 
 
 def settled_chain(runner: Runner, chain: chains.Chain | None, record: records.JobRecord | None,

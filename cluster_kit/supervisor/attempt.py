@@ -32,6 +32,13 @@ def say(message):
     sys.stderr.flush()
 
 
+def pause_words(overdue):
+    """`rank 0 stayed in ddp.paused("checkpoint save") for 1805 s, past its max_s of 1800 s; `
+    for the pauses that stopped the hang clock too long ({rank: (reason, seconds, max_s)})."""
+    return "".join(f"rank {rank} stayed in ddp.paused({reason!r}) for {seconds:.0f} s, past its max_s of "
+                   f"{limit:g} s; " for rank, (reason, seconds, limit) in sorted(overdue.items()))
+
+
 class Watched:
     """Why `watch` returned: the launch's exit code (None while it runs), and one of
     `exit`, `hang` (with the culprit), `nodes` (with the culprit) or `signal`."""
@@ -59,6 +66,11 @@ class Attempt:
         self.lines = []
         self.step = None  # "<job>.<step>" once Slurm lists the launch's step
         self.steps_before = ()
+        self.silent_since = {}  # node -> when it was first seen not responding
+        self.drained = set()  # nodes someone else drains meanwhile: left out of the next attempt
+        self.slurmd_timeout = slurmctl.DEFAULT_SLURMD_TIMEOUT_S  # start() asks Slurm
+        self.stopped_at = None  # when the supervisor told the ranks to stop
+        self.first_error_at = None  # when srun wrote its first error line
 
     # --- signals (flags and the stop file only) ---------------------------------------
     def on_grace(self, signum, frame):
@@ -72,6 +84,8 @@ class Attempt:
         self.write_stop()
 
     def write_stop(self):
+        if self.stopped_at is None:
+            self.stopped_at = time.time()
         try:
             fd = os.open(os.path.join(self.control, "stop"), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             os.close(fd)
@@ -88,6 +102,7 @@ class Attempt:
         signal.signal(signal.SIGTERM, self.on_term)
         signal.signal(signal.SIGINT, self.on_term)
         self.steps_before = tuple(slurmctl.running_steps(self.job_id))
+        self.slurmd_timeout = slurmctl.slurmd_timeout()
         self.proc = subprocess.Popen(self.launch, env=self.env, stderr=subprocess.PIPE)
         thread = threading.Thread(target=self._copy_stderr, daemon=True)
         thread.start()
@@ -103,6 +118,8 @@ class Attempt:
             line = raw.decode("utf-8", "replace").strip()
             if line.startswith(SLURM_LINE) or "slurmstepd" in line:
                 self.lines = (self.lines + [line])[-KEPT_LINES:]
+                if self.first_error_at is None and line.startswith("srun: error:"):
+                    self.first_error_at = time.time()
 
     # --- watching ------------------------------------------------------------------------
     def heartbeats(self, clock):
@@ -111,7 +128,8 @@ class Attempt:
                 beat = rank_files.parse_heartbeat(rank_files.read_text(path))
             except (OSError, ValueError):
                 continue
-            clock.observe(rank, beat.steps, beat.time, beat.paused_since, beat.resumed_at)
+            clock.observe(rank, beat.steps, beat.time, beat.paused_since, beat.resumed_at, beat.pause_max_s,
+                          beat.pause_reason)
 
     def watch(self, clock):
         """Until the launch exits, a hang is diagnosed, a node fails or a SIGTERM came."""
@@ -139,7 +157,7 @@ class Attempt:
             if stalled:
                 say(f"ranks {culprits.format_ranks(stalled)} finished no step for "
                     f"{now - clock.stalled_since(stalled):.0f} s: asking every rank for its stack and collectives")
-                hang = self.diagnose_hang(clock, stalled)
+                hang = self.diagnose_hang(clock, stalled, clock.overdue(now))
                 self.stop_launch()
                 return Watched("hang", self.proc.wait(), hang)
             time.sleep(POLL_S)
@@ -164,12 +182,32 @@ class Attempt:
         return False
 
     def failed_nodes(self, now):
-        """The culprit of a node failure Slurm reports for an allocated node, else None."""
+        """The culprit of a node failure Slurm reports for an allocated node, else None.
+
+        Slurm's own verdict counts (DOWN, FAIL, or the health gate's drain); a node that
+        only stops responding (`*`) counts once it has been silent longer than Slurm's
+        SlurmdTimeout; a node someone else drains is no fault of the attempt: it is
+        noted in `drained`, to be left out of the next one."""
         try:
             states = slurmctl.node_states(self.nodes)
         except RuntimeError:
             return None
-        bad = {n: states[n] for n in self.nodes if n in states and slurmctl.is_bad(states[n][0])}
+        bad = {}
+        for node in self.nodes:
+            state, why, at = states.get(node, ("", "", ""))
+            verdict = slurmctl.node_verdict(state, why)
+            if verdict == slurmctl.SILENT:
+                since = self.silent_since.setdefault(node, now)
+                if now - since > self.slurmd_timeout:
+                    bad[node] = (f"{state} (not responding for {now - since:.0f} s)", "", "")
+                continue
+            self.silent_since.pop(node, None)
+            if verdict == slurmctl.DRAINED and node not in self.drained:
+                self.drained.add(node)
+                say(f"{node} is {state}" + (f" ({why})" if why and why != "none" else "")
+                    + ": the attempt goes on; the next one is started without it")
+            elif verdict == slurmctl.FAULT:
+                bad[node] = (state, why, at)
         if not bad:
             return None
         said = ", ".join(f"{n} is {s}" + (f" ({why})" if why and why != "none" else "")
@@ -182,7 +220,7 @@ class Attempt:
             blamed["detected_after_s"] = round(now - max(since), 1)
         return blamed
 
-    def diagnose_hang(self, clock, stalled):
+    def diagnose_hang(self, clock, stalled, overdue=None):
         request = f"hang-{int(time.time())}"
         path = os.path.join(self.control, "dump-request")
         tmp = path + ".tmp"
@@ -199,7 +237,10 @@ class Attempt:
         files = rank_files.read_dump_folder(self.control, request)
         verdict = culprits.find_culprit(files, self.world_size)
         hosts = list(verdict.hosts) or [self.host_of(r) for r in verdict.ranks]
-        hang = decide.culprit_of(verdict.ranks, hosts, verdict.evidence)
+        hang = decide.culprit_of(verdict.ranks, hosts, pause_words(overdue or {}) + verdict.evidence)
+        signature = verdict.signature()
+        if signature is not None:
+            hang.update(signature=signature.key, error=signature.error, where=signature.where)
         hang["stacks"] = {str(r): f.stack.text[-STACK_CHARS:] for r, f in files.items() if f.stack}
         hang["detected_after_s"] = round(time.time() - clock.stalled_since(stalled), 1)
         return hang

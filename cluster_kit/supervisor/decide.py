@@ -6,7 +6,7 @@
   a step (imports, rendezvous, loading a checkpoint) the attempt has
   `startup_timeout` (default `max(hang_timeout, STARTUP_S)`). While any rank is
   inside `ddp.paused()` nobody stalls, and every clock starts again when the
-  pause ends.
+  pause ends; a pause longer than its `max_s` stops nothing any more (`overdue`).
 - attempt_end: how an attempt ended (SPEC's words) and who is blamed, with whose
   fault it is: the culprit's `kind` is "node" (a node fault: a hang, a failed node,
   a fatal signal, a GPU or network error) or "program" (an exception of the script,
@@ -33,19 +33,20 @@ class HangClock:
         self.started = started
         self.first_beat = None
         self.progress = {}  # rank -> (steps, unix time of its last finished step)
-        self.paused = {}  # rank -> unix time its pause began
+        self.paused = {}  # rank -> (unix time its pause began, its max_s or None, its reason)
         self.resumed = started  # the end of the last pause of any rank
 
-    def observe(self, rank, steps, when, paused_since=None, resumed_at=None):
+    def observe(self, rank, steps, when, paused_since=None, resumed_at=None, pause_max_s=None, pause_reason=""):
         """A heartbeat: `steps` finished, the last at `when`; the rank inside
-        ddp.paused() since `paused_since`, or its last pause ended at `resumed_at`."""
+        ddp.paused(pause_reason, max_s=pause_max_s) since `paused_since`, or its last
+        pause ended at `resumed_at`."""
         if self.first_beat is None and steps > 0:
             self.first_beat = when
         seen = self.progress.get(rank)
         if (seen is None or steps != seen[0]) and steps > 0:
             self.progress[rank] = (steps, max(when, self.started))
         if paused_since is not None:
-            self.paused[rank] = paused_since
+            self.paused[rank] = (paused_since, pause_max_s, pause_reason)
         else:
             self.paused.pop(rank, None)
         if resumed_at is not None:
@@ -58,10 +59,15 @@ class HangClock:
         start = seen[1] if seen else (self.first_beat if self.first_beat is not None else self.started)
         return max(start, self.resumed)
 
+    def overdue(self, now):
+        """{rank: (reason, seconds paused, max_s)} of the pauses past their max_s at `now`."""
+        return {r: (reason, now - since, limit) for r, (since, limit, reason) in self.paused.items()
+                if limit is not None and now - since > limit}
+
     def stalled(self, now):
         """The ranks that finished no step for longer than allowed, at `now` (none while
-        any rank is paused: the others wait for it in a collective)."""
-        if self.paused:
+        any rank is paused within its max_s: the others wait for it in a collective)."""
+        if len(self.overdue(now)) < len(self.paused):
             return []
         limit = self.hang_timeout if self.first_beat is not None else self.startup_timeout
         return [r for r in range(self.world_size) if now - self.since(r) > limit]
@@ -72,6 +78,7 @@ class HangClock:
 
 NODE_FAULT = "node"
 PROGRAM_ERROR = "program"
+OUT_OF_MEMORY = "Out Of Memory"  # srun's word for a task the step's memory cgroup OOM-killed
 EXCLUDE_ON = ("node_faults", "any_failure")
 # The culprit's keys kept in the attempts record (stacks and timing go beside it).
 RECORDED = ("ranks", "hosts", "evidence", "kind", "why", "signature", "error", "where", "unmatched_hosts")
@@ -85,8 +92,13 @@ def culprit_of(ranks, hosts, evidence, kind=NODE_FAULT, why=""):
 
 
 def attempt_end(exit_code, hang=None, grace=False, cancelled=False, crash=None, first_task=None,
-                failed_nodes=(), now=None, node_of_rank=None):
+                failed_nodes=(), now=None, node_of_rank=None, memory=""):
     """(ended, culprit or None) for an attempt whose launch exited with `exit_code`.
+
+    `grace`: the ranks were told to stop for the time limit (and did not report that
+    training finished). `memory`: the job's memory per node or CPU as Slurm says it,
+    for a task srun says the OOM killer ended (a program error, whatever the ranks
+    that lost it wrote).
 
     `hang`: the culprit dict of a diagnosed hang; `crash`: analysis.culprit.Crash from
     the ranks' exception and fault files (culprit.first_failure); `first_task`:
@@ -106,11 +118,16 @@ def attempt_end(exit_code, hang=None, grace=False, cancelled=False, crash=None, 
     if failed_nodes:
         nodes = sorted(set(failed_nodes))
         return "node_failure", culprit_of([], nodes, "Slurm reports node {} failed".format(", ".join(nodes)))
+    if first_task is not None and first_task.what == OUT_OF_MEMORY and (crash is None or crash.kind != PROGRAM_ERROR):
+        return "crash", task_culprit(first_task, memory)  # the others only lost it, or failed waiting for it
     if crash is not None:
         return "crash", crash_culprit(crash, first_task, now, node_of_rank)
     if first_task is not None:
-        return "crash", task_culprit(first_task)
-    return "crash", culprit_of([], [], f"the launch exited with {exit_code} and no rank said why")
+        return "crash", task_culprit(first_task, memory)
+    said = f"the launch exited with {exit_code} and no rank said why"
+    # Nothing points at a node: the script's own exit (sys.exit in a rank, a launch it broke).
+    return "crash", dict(culprit_of([], [], said, PROGRAM_ERROR, "no rank and no node reported a fault"),
+                         signature=said, error=said)
 
 
 def crash_culprit(crash, first_task=None, now=None, node_of_rank=None):
@@ -130,10 +147,16 @@ def crash_culprit(crash, first_task=None, now=None, node_of_rank=None):
     return culprit
 
 
-def task_culprit(task):
-    """srun's word alone (no rank left a traceback): a task killed by a signal is the
-    node's fault; one that exited with a code of its own chose to (the program's)."""
+def task_culprit(task, memory=""):
+    """srun's word alone (no rank left a traceback): a task the kernel killed for the
+    memory it used is the program's (it asks that much on any node), as is one that
+    exited with a code of its own; one killed by another signal is the node's fault."""
     code = task.exit_code
+    if task.what == OUT_OF_MEMORY:
+        limit = f" (the job's memory: {memory})" if memory else ""
+        culprit = culprit_of(task.tasks, [task.node], task.describe() + limit, PROGRAM_ERROR,
+                             "the kernel's OOM killer ended it for the memory it used: the same on any node")
+        return dict(culprit, signature="srun: Out Of Memory", error=f"Out Of Memory{limit}")
     if code is None or code > 128:
         return culprit_of(task.tasks, [task.node], task.describe(), NODE_FAULT, "killed by a signal")
     return culprit_of(task.tasks, [task.node], task.describe(), PROGRAM_ERROR,
@@ -167,11 +190,13 @@ def excludable(culprit, allocated):
     return dict(culprit, hosts=[h for h in culprit.get("hosts", []) if h in allocated])
 
 
-def next_step(record, ended, culprit, resilience, exit_code, partition=(), needed=0):
+def next_step(record, ended, culprit, resilience, exit_code, partition=(), needed=0, requeued=True):
     """{"action": "restart"|"requeued"|"finish", "exclude": [...], "exit_code": N, "why": "..."}.
 
     `requeued`: Slurm requeued the job itself (preemption, `scontrol requeue`), so it
-    runs again as the same job and nothing is submitted.
+    runs again as the same job and nothing is submitted. A preemption Slurm did not
+    requeue (`requeued` False: with a partition's GraceTime the ranks stopped first) is
+    restarted as a new job, as the time limit is.
 
     Call it with the attempt that just ended already in `record` (its `ended` set).
     `partition` (the partition's nodes) and `needed` (the job's node count), when
@@ -187,12 +212,12 @@ def next_step(record, ended, culprit, resilience, exit_code, partition=(), neede
         used, allowed = count(record, REQUEUES), int(resilience["max_time_requeues"])
         if used > allowed:
             return _finish(1, f"{_words(ended)}, and max_time_requeues ({allowed}) are used up")
-        if ended == "preempted":  # Slurm requeued the job itself: it runs again under its own id
+        if ended == "preempted" and requeued:  # Slurm requeued the job itself: it runs again under its own id
             return {"action": "requeued", "exclude": excluded, "exit_code": exit_code,
                     "why": f"{_words(ended)}: Slurm requeued the job, which runs again as itself "
                            f"({used} of max_time_requeues {allowed})"}
         return {"action": "restart", "exclude": excluded, "exit_code": exit_code,
-                "why": f"{_words(ended)}: requeued without blame ({used} of max_time_requeues {allowed})"}
+                "why": f"{_words(ended, requeued)}: requeued without blame ({used} of max_time_requeues {allowed})"}
     repeated = same_program_error(record, culprit)
     if repeated:
         return _finish(1, repeated)
@@ -229,25 +254,47 @@ def _kind(culprit):
     return (culprit or {}).get("kind", NODE_FAULT)
 
 
+def same_as_before(record, culprit):
+    """The earlier attempt that failed with the culprit's signature (a program error, or
+    a hang with the same stack and collective), else None. Call it with the attempt
+    that just ended last in the record."""
+    signature = (culprit or {}).get("signature")
+    if not signature or not record["attempts"]:
+        return None
+    return next((a for a in record["attempts"][:-1] if (a.get("culprit") or {}).get("signature") == signature),
+                None)
+
+
+def as_the_scripts(record, culprit):
+    """The culprit of a hang that an earlier attempt hung the same way (on other nodes):
+    the script's (`kind: program`), so that no more nodes are excluded for it."""
+    before = same_as_before(record, culprit)
+    if before is None or _kind(culprit) == PROGRAM_ERROR:
+        return culprit
+    return dict(culprit, kind=PROGRAM_ERROR,
+                why=f"attempt {before.get('attempt')} hung the same way: the script's hang, not a node's")
+
+
 def same_program_error(record, culprit):
     """Why the chain ends when the attempt that just ended (the record's last) failed
     with a program error an earlier attempt had, by signature; else None."""
-    if _kind(culprit) != PROGRAM_ERROR or not (culprit or {}).get("signature") or not record["attempts"]:
+    if _kind(culprit) != PROGRAM_ERROR:
         return None
-    *earlier, latest = record["attempts"]
-    before = next((a for a in earlier if (a.get("culprit") or {}).get("signature") == culprit["signature"]
-                   and _kind(a.get("culprit")) == PROGRAM_ERROR), None)
+    before = same_as_before(record, culprit)
     if before is None:
         return None
+    latest = record["attempts"][-1]
+    hang = latest.get("ended") == "hang"
     error = culprit.get("error") or culprit["signature"]
     at = f" at {culprit['where']}" if culprit.get("where") else ""
     then, now = before["culprit"].get("hosts") or [], culprit.get("hosts") or []
     numbers = (before.get("attempt"), latest.get("attempt"))
+    verb = "hangs" if hang else "fails"
     if then and now and set(then) != set(now):
-        return (f"the script fails the same way on different nodes: {error}{at} "
+        return (f"the script {verb} the same way on different nodes: {error}{at} "
                 f"(attempt {numbers[0]} on {','.join(then)}, attempt {numbers[1]} on {','.join(now)})")
     where = f" on {','.join(now)}" if then and now else ""
-    return f"the script fails the same way twice: {error}{at} (attempts {numbers[0]} and {numbers[1]}{where})"
+    return f"the script {verb} the same way twice: {error}{at} (attempts {numbers[0]} and {numbers[1]}{where})"
 
 
 def _finish(exit_code, why):
@@ -258,8 +305,8 @@ WORDS = {"hang": "a hang", "crash": "a crash", "node_failure": "a node failure",
          "time_limit": "the time limit", "preempted": "preemption (or scontrol requeue)"}
 
 
-def _words(ended):
-    return WORDS.get(ended, ended)
+def _words(ended, requeued=True):
+    return "preemption" if ended == "preempted" and not requeued else WORDS.get(ended, ended)
 
 
 def term_cause(job_before, job_now):
@@ -271,12 +318,21 @@ def term_cause(job_before, job_now):
     before, now = str(job_before.get("Restarts", "0")), str(job_now.get("Restarts", "0"))
     if now.isdigit() and before.isdigit() and int(now) > int(before):
         return "requeued"
-    state, reason = job_now.get("JobState", ""), job_now.get("Reason", "")
-    if state == "PREEMPTED" or reason.startswith("Preempt"):
+    if preempting(job_now):
         return "preempted"
+    state, reason = job_now.get("JobState", ""), job_now.get("Reason", "")
     if state == "TIMEOUT" or reason == "TimeLimit":
         return "time_limit"
     return "cancelled"
+
+
+def preempting(job_now):
+    """Whether Slurm is preempting the job (`scontrol show job`): its state or reason
+    says so, or it set PreemptTime (with a partition's GraceTime the job still RUNs
+    while its steps were sent SIGTERM)."""
+    state, reason = job_now.get("JobState", ""), job_now.get("Reason", "")
+    return (state == "PREEMPTED" or reason.startswith("Preempt")
+            or slurm_time(job_now.get("PreemptTime", "None")) is not None)
 
 
 def slurm_time(text):

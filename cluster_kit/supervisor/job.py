@@ -27,6 +27,7 @@ from cluster_kit.supervisor.attempt import Attempt, say
 SCRIPT_NAME = "job.sbatch"
 AGAIN = object()  # settle's word for: the next attempt runs in this allocation
 TERM_WAIT_S = 300.0  # after SIGTERM, the launch is waited for (Slurm's SIGKILL ends it sooner)
+REQUEUE_UPDATE_S = 3.0  # what Slurm's KillWait leaves for setting a requeued job's excluded nodes
 
 
 class Refused(RuntimeError):
@@ -171,20 +172,29 @@ def checkpoint_env(args, rec, folder, nodes):
 def close_lost_attempts(rec, job_id):
     """An attempt still `running` in the record lost its batch script: the node of the
     batch script failed (this is the standby job, or Slurm requeued the job). It ended as
-    a node failure of the nodes Slurm says failed."""
+    a node failure of the nodes Slurm says failed. False when no node failed: the batch
+    script was ended by a cancel, not a fault, and the chain ends as cancelled."""
     for attempt in rec["attempts"]:
         if attempt.get("ended") != "running":
             continue
         nodes = slurmctl.hostnames(attempt.get("allocation") or attempt.get("nodes") or "")
         down = slurmctl.failed_nodes(nodes)
-        attempt.update(ended="node_failure", ended_at=round(time.time(), 3),
-                       why=f"its batch script was killed (job {job_id} took over)")
+        now = round(time.time(), 3)
+        attempt.update(ended="node_failure", ended_at=now, why=f"its batch script was killed (job {job_id} took over)")
+        if not down and str(attempt.get("slurm_job_id")) != job_id:
+            attempt.update(ended="cancelled", why=f"its batch script ended and no node of it failed: the chain was "
+                                                  f"cancelled (job {job_id}, its standby, does not train)")
+            rec["final"] = {"ended": "cancelled", "exit_code": 1, "why": attempt["why"]}
+            return False
         if down:
             attempt["culprit"] = decide.recorded_culprit(decide.culprit_of(
                 [], down, "Slurm reports node {} failed; the batch script ran on {}".format(
                     ",".join(down), attempt.get("batch_host") or "?")))
             attempt["excluded"] = [n for n in down if n not in record.excluded_nodes(rec)]
             rec["exclude"] = record.excluded_nodes(rec) + attempt["excluded"]
+            since = [t for t in (decide.slurm_time(at) for at in slurmctl.reason_times(down).values()) if t]
+            attempt["detected_after_s"] = round(max(0.0, now - max(since)), 1) if since else 0.0
+    return True
 
 
 def keep_standby(rec, folder, job_id, chain_id):
@@ -195,13 +205,29 @@ def keep_standby(rec, folder, job_id, chain_id):
     if standby.get("after") == job_id:
         return  # this job runs again (Slurm requeued it): its standby still waits
     try:
-        exclude = list(rec.get("start_exclude") or []) + record.excluded_nodes(rec)
+        exclude = chain_exclude(rec)
         comment = slurmctl.user_comment(slurmctl.job_comment(job_id))
         rec["standby"] = {"job_id": slurmctl.submit_next(kept_script(folder, rec), job_id, chain_id, exclude,
                                                           comment, after="afternotok"), "after": job_id}
     except (RuntimeError, private.Untrusted) as exc:
         say(f"no standby job (the chain ends if the batch script's node fails): {exc}")
         rec["standby"] = None
+
+
+def chain_exclude(rec):
+    """The nodes every start of the chain goes without: the first submit's --exclude and
+    the nodes the chain excluded."""
+    named = slurmctl.hostnames(",".join(list(rec.get("start_exclude") or []) + record.excluded_nodes(rec)))
+    return list(dict.fromkeys(named))
+
+
+def exclude_standby(rec):
+    """The waiting standby job leaves out what the chain excludes now (its list was
+    fixed when it was submitted)."""
+    standby = rec.get("standby") or {}
+    if standby.get("job_id") and not slurmctl.set_excluded(str(standby["job_id"]), chain_exclude(rec)):
+        say(f"cannot update the excluded nodes of the standby job {standby['job_id']}; it leaves them out "
+            "when it starts")
 
 
 def drop_standby(rec, job_id):
@@ -251,14 +277,27 @@ def run(args):
         return 2
     job = slurmctl.show_job(job_id)
     chain_id, folder, rec = open_chain(job_id, job, slurmctl.job_comment(job_id), args)
-    if rec.get("final") and rec["attempts"] and rec["attempts"][-1].get("ended") == "preempted":
-        say(f"the chain of job {chain_id} ended ({rec['final']['why']}): this requeued run does not train")
+    record.take_lock(folder, job_id)
+    try:
+        return run_chain(args, job_id, job, chain_id, folder, record.load(folder) or rec)
+    finally:
+        record.release_lock(folder, job_id)
+
+
+def run_chain(args, job_id, job, chain_id, folder, rec):
+    """This job's part of the chain, with the chain's lock held."""
+    if rec.get("final"):
+        say(f"the chain of job {chain_id} ended ({rec['final']['why']}): job {job_id} does not train")
         return rec["final"]["exit_code"]
     if not rec["attempts"]:
         keep_script(folder, rec, args.script)
         exc = job.get("ExcNodeList", "(null)")
-        rec["start_exclude"] = [] if exc in ("", "(null)") else [exc]
-    close_lost_attempts(rec, job_id)
+        rec["start_exclude"] = [] if exc in ("", "(null)") else slurmctl.hostnames(exc)
+    if not close_lost_attempts(rec, job_id):
+        drop_standby(rec, str((rec.get("standby") or {}).get("after") or ""))
+        record.save(folder, rec)
+        say(rec["final"]["why"])
+        return rec["final"]["exit_code"]
     keep_standby(rec, folder, job_id, chain_id)
     try:
         return run_attempts(args, job_id, job, chain_id, folder, rec)
@@ -274,6 +313,8 @@ def run_attempts(args, job_id, job, chain_id, folder, rec):
     here = Allocation(job_id, os.environ.get("SLURM_JOB_NODELIST", ""), os.environ.get("SLURMD_NODENAME", ""),
                       failed, folder)
     least = args.min_nodes or args.nodes
+    if not leave_out_excluded(rec, here, args, job_id, folder):
+        return 0
     if failed and launch.step_nodes(here.usable, args.nodes, least) is not None:
         released = here.drop(failed)
         say("the in-job preflight failed on {}: training without {} ({})".format(
@@ -283,23 +324,66 @@ def run_attempts(args, job_id, job, chain_id, folder, rec):
     number_here, previous = 0, None
     while True:
         plan = launch.step_nodes(here.usable, args.nodes, least) if not failed else None
+        if previous is not None:
+            end_steps(job_id, previous)
         attempt, watched = start_attempt(rec, folder, job_id, job, chain_id, args, here, plan, number_here)
         if plan is None:
             say("the in-job preflight failed on {}: training was not started".format(",".join(failed)))
             code = 1
             ended, blamed = decide.attempt_end(code, failed_nodes=failed)
             blamed["evidence"] = "the in-job preflight failed on {} (see its lines above)".format(",".join(failed))
+            blamed["detected_after_s"] = 0.0  # found before the attempt started
         else:
             guard = start_guard(job_id, here, plan)
             try:
                 code, ended, blamed = watch_attempt(watched, args, job_id, job, previous)
             finally:
-                slurmctl.stop_guard(guard)
+                slurmctl.stop_guard(guard, 0.0 if watched.terminated else 5.0)
         outcome = settle(rec, attempt, folder, job_id, job, chain_id, watched, code, ended, blamed, here, args)
         if outcome is not AGAIN:
             return outcome
         number_here += 1
         previous = watched
+
+
+def leave_out_excluded(rec, here, args, job_id, folder):
+    """An allocation that holds nodes the chain excluded (a requeue by someone else, or a
+    standby job submitted before they were excluded) trains without them: they are
+    released when the job's nodes fit in the rest; else the chain moves on as a new job
+    without them, named as the next job of the attempt before, and this one does not
+    train (False)."""
+    excluded = [n for n in here.usable if n in chain_exclude(rec)]
+    if not excluded:
+        return True
+    if launch.step_nodes([n for n in here.usable if n not in excluded], args.nodes,
+                         args.min_nodes or args.nodes) is not None:
+        released = here.drop(excluded)
+        say("{} {} excluded by an earlier attempt: training without {} ({})".format(
+            NodeSet.of(excluded), "was" if len(excluded) == 1 else "were", "it" if len(excluded) == 1 else "them",
+            f"released {NodeSet.of(released)}" if released else "kept: the batch script runs there"))
+        return True
+    last = rec["attempts"][-1]
+    comment = slurmctl.user_comment(slurmctl.job_comment(job_id))
+    last["next_job_id"] = slurmctl.submit_next(kept_script(folder, rec), job_id, rec["job_id"], chain_exclude(rec),
+                                               comment)
+    last["without"] = chain_exclude(rec)
+    last["why"] = "{}; job {} got {}, which the chain excluded: moved to job {}".format(
+        last.get("why") or last.get("ended"), job_id, NodeSet.of(excluded), last["next_job_id"])
+    drop_standby(rec, job_id)
+    record.save(folder, rec)
+    say(f"the allocation holds {NodeSet.of(excluded)}, which the chain excluded, and too few nodes without them: "
+        f"the chain goes on as job {last['next_job_id']} without them; job {job_id} does not train")
+    return False
+
+
+def end_steps(job_id, previous):
+    """Every step of the attempt that ended is gone before the next one starts (a hung
+    rank's step could outlive a kill Slurm did not list)."""
+    steps = [previous.step.split(".", 1)[1]] if previous.step else []
+    left = slurmctl.end_steps(job_id, steps)
+    if left:
+        say("steps {} of job {} are still listed by Slurm after being killed; the next attempt starts "
+            "beside them".format(",".join(left), job_id))
 
 
 def start_guard(job_id, here, plan):
@@ -309,7 +393,7 @@ def start_guard(job_id, here, plan):
     other = next((n for n in plan if n != here.batch_host), None)
     if other is None or not here.batch_host:
         return None
-    return slurmctl.start_guard(job_id, other, here.batch_host, sys.executable)
+    return slurmctl.start_guard(job_id, other, here.batch_host, sys.executable, slurmctl.slurmd_timeout())
 
 
 def start_attempt(rec, folder, job_id, job, chain_id, args, here, plan, number_here):
@@ -321,6 +405,9 @@ def start_attempt(rec, folder, job_id, job, chain_id, args, here, plan, number_h
                "allocation": os.environ.get("SLURM_JOB_NODELIST", ""), "batch_host": here.batch_host,
                "started_at": round(time.time(), 3),
                "ended": "running", "output": job.get("StdOut", "")}
+    before = rec["attempts"][-1] if rec["attempts"] else {}
+    if before.get("ended_at"):  # how long the restart (a requeue, a new job) waited to run
+        attempt["waited_s"] = round(max(0.0, attempt["started_at"] - float(before["ended_at"])), 1)
     rec["attempts"].append(attempt)
     record.save(folder, rec)
     control = os.path.join(folder, f"attempt-{number}")
@@ -353,14 +440,16 @@ def watch_attempt(watched, args, job_id, job, previous=None):
         return (seen.code, "hang", seen.culprit)
     if seen.why == "nodes":
         return (seen.code, "node_failure", seen.culprit)
-    ended, blamed = end_of(watched, seen.code)
+    ended, blamed = end_of(watched, seen.code, job)
     return seen.code, ended, blamed
 
 
 def signalled(watched, job_id, job):
     """SIGTERM came: scancel, the time limit, or preemption. The stop file is written
     already; what comes next is settled before the launch is waited for, since Slurm
-    kills this script too once its KillWait (or GraceTime) is over."""
+    kills this script too once its KillWait (or GraceTime) is over. A job Slurm requeued
+    (someone's `scontrol requeue`, preemption without grace time) gets the chain's
+    excluded nodes as its ExcNodeList now, while Slurm still takes it."""
     try:
         now = slurmctl.show_job(job_id)
     except RuntimeError:
@@ -375,11 +464,49 @@ def signalled(watched, job_id, job):
     return watched.proc.poll(), ended, None
 
 
-def end_of(watched, code):
+def stop_of(watched):
+    """(told, ending) of an attempt whose launch ended: whether the ranks were told to
+    stop and none reported that training finished, so that it is requeued, never
+    counted as completed. The supervisor's grace signal is the time limit; a SIGTERM
+    the ranks got from Slurm counts only while Slurm preempts the job (PreemptTime:
+    with a partition's GraceTime its steps are signalled, not the batch script), since
+    srun sends the same SIGTERM to every task once one of them failed."""
+    if rank_files.read_notes(watched.control, rank_files.FINISHED):
+        return False, ""
+    if watched.grace:
+        return True, "time_limit"
+    causes = {n.what for n in rank_files.read_notes(watched.control, rank_files.STOPPED).values()}
+    if "SIGUSR1" in causes:  # the job's own --signal=USR1@N to its steps: the time limit ahead
+        return True, "time_limit"
+    if not causes:
+        return False, ""
+    try:
+        preempted = decide.preempting(slurmctl.show_job(watched.job_id))
+    except RuntimeError:
+        preempted = False
+    if preempted:
+        say("Slurm preempts the job: the ranks were told to stop ({}) and did not report that training "
+            "finished".format(", ".join(sorted(causes))))
+    return preempted, "preempted" if preempted else ""
+
+
+def memory_of(job):
+    """The job's memory as Slurm holds it (`300M per node`, `2000M per CPU`), '' when unknown."""
+    for key, unit in (("MinMemoryNode", "node"), ("MinMemoryCPU", "CPU")):
+        value = job.get(key, "")
+        if value and value not in ("0", "(null)"):
+            return f"{value} per {unit}"
+    return ""
+
+
+def end_of(watched, code, job=None):
     """How the attempt ended, and the culprit."""
+    told, cause = stop_of(watched)
+    if told:
+        return cause, None
     crash = first_task = None
     down = []
-    if code != 0 and not watched.grace:
+    if code != 0:
         failed = watched.failed_nodes(time.time())  # with Slurm's state and reason
         if failed is not None:
             return "node_failure", failed
@@ -388,8 +515,11 @@ def end_of(watched, code):
         down = list(verdict.failed_nodes)
         crash = culprits.first_failure(rank_files.read_exceptions(watched.control),
                                        rank_files.read_failure_files(watched.control), watched.world_size)
-    return decide.attempt_end(code, grace=watched.grace, crash=crash, first_task=first_task, failed_nodes=down,
-                              now=time.time(), node_of_rank=watched.host_of)
+    ended, blamed = decide.attempt_end(code, crash=crash, first_task=first_task, failed_nodes=down, now=time.time(),
+                                       node_of_rank=watched.host_of, memory=memory_of(job or {}))
+    if blamed is not None and "detected_after_s" not in blamed and watched.first_error_at is not None:
+        blamed["detected_after_s"] = round(max(0.0, time.time() - watched.first_error_at), 1)
+    return ended, blamed
 
 
 def settle(rec, attempt, folder, job_id, job, chain_id, watched, code, ended, blamed, here, args):
@@ -397,12 +527,14 @@ def settle(rec, attempt, folder, job_id, job, chain_id, watched, code, ended, bl
     this allocation, else the supervisor's exit code once the next job is submitted (or
     the chain is over), after a launch that a signal left running has ended."""
     attempt.update(ended=ended, ended_at=round(time.time(), 3), exit_code=code)
+    if watched.terminated:
+        record.save(folder, rec)  # Slurm's KillWait may end this script before the rest is settled
     saved = checkpoint_status.read_status(watched.control)
     if saved:
         attempt["checkpoints"] = checkpoint_status.describe(saved)
     if watched.step:
         attempt["step"] = watched.step
-    blamed = slurm_names(blamed, watched.nodes)
+    blamed = decide.as_the_scripts(rec, slurm_names(blamed, watched.nodes))
     if blamed:
         attempt["culprit"] = decide.recorded_culprit(blamed)
         attempt.update({k: blamed[k] for k in ("stacks", "detected_after_s") if k in blamed})
@@ -412,13 +544,9 @@ def settle(rec, attempt, folder, job_id, job, chain_id, watched, code, ended, bl
     if restart_here(rec, attempt, decide.next_step(rec, ended, culprit, rec["resilience"], code),
                     ended, watched, here, args, folder):
         return AGAIN
-    step = decide.next_step(rec, ended, culprit, rec["resilience"], code,
-                            slurmctl.partition_nodes(job), int(job.get("NumNodes", "0").split("-")[0] or 0))
-    if ended == "preempted" and not slurmctl.requeued_since(job_id, job.get("Restarts", "0")) \
-            and step["action"] == "requeued":
-        # preemption that does not requeue: the next attempt is a new job
-        step = dict(step, action="restart", why="preemption: Slurm does not requeue the job, so the next attempt "
-                                                "is a new one" + step["why"][step["why"].find(" ("):])
+    requeued = ended == "preempted" and slurmctl.requeued_since(job_id, job.get("Restarts", "0"))
+    step = decide.next_step(rec, ended, culprit, rec["resilience"], code, slurmctl.partition_nodes(job),
+                            int(job.get("NumNodes", "0").split("-")[0] or 0), requeued)
     exit_code = finish_attempt(rec, attempt, step, folder, job_id, chain_id)
     if watched.proc is not None and watched.proc.poll() is None:
         attempt["exit_code"] = watched.wait_launch(TERM_WAIT_S)
@@ -429,25 +557,31 @@ def settle(rec, attempt, folder, job_id, job, chain_id, watched, code, ended, bl
 def restart_here(rec, attempt, step, ended, watched, here, args, folder):
     """After a failure, the next attempt in this allocation when it still holds enough
     nodes without the blamed ones (a spare in place of each): the blamed nodes are
-    handed back to Slurm. False when the next attempt must be a new job."""
+    handed back to Slurm. A node someone drained meanwhile, or that Slurm says is not
+    usable, is left out too, unblamed. False when the next attempt must be a new job."""
     if step["action"] != "restart" or ended not in record.FAILURES or watched.terminated or watched.grace:
         return False
-    blamed = [n for n in here.usable if n in step["exclude"]]
-    usable = [n for n in here.usable if n not in blamed and n not in slurmctl.failed_nodes(here.usable)]
+    failed = set(slurmctl.failed_nodes(here.usable))
+    blamed = [n for n in here.usable if n in step["exclude"] or n in failed]
+    unusable = set(slurmctl.unusable_nodes(here.usable)) | watched.drained
+    usable = [n for n in here.usable if n not in blamed and n not in unusable]
     plan = launch.step_nodes(usable, args.nodes, args.min_nodes or args.nodes)
     if plan is None:
         return False
     lost = [n for n in here.usable if n not in usable]
     released = here.drop(lost)
+    if blamed:
+        attempt["excluded"] = blamed
     if lost:
-        attempt.update(excluded=lost, released=released)
+        attempt["released"] = released
     before = record.excluded_nodes(rec)
-    rec["exclude"] = before + [n for n in lost if n not in before]
+    rec["exclude"] = before + [n for n in blamed if n not in before]
     spares = [n for n in plan if n not in watched.nodes]
     fewer = f" with {len(plan)} of {args.nodes} nodes" if len(plan) < args.nodes else ""
     attempt["why"] = "{}; restarted in job {} on {}{}{}".format(
         step["why"], attempt["slurm_job_id"], NodeSet.of(plan), fewer,
         f" ({NodeSet.of(spares)} in place of {NodeSet.of(lost)})" if spares else "")
+    exclude_standby(rec)
     record.save(folder, rec)
     evidence = (attempt.get("culprit") or {}).get("evidence")
     say("attempt {} ended: {}{}; {}{}".format(attempt["attempt"], ended, f" ({evidence})" if evidence else "",
@@ -457,20 +591,27 @@ def restart_here(rec, attempt, step, ended, watched, here, args, folder):
 
 
 def finish_attempt(rec, attempt, step, folder, job_id, chain_id):
+    """Record the next step: nothing to submit when Slurm requeued the job (it gets the
+    chain's excluded nodes), a new job without them, or the chain's end."""
     attempt["why"] = step["why"]
     if step["action"] != "requeued":
         drop_standby(rec, job_id)
     if step["action"] == "requeued":
-        pass  # the same job runs again: nothing to submit, and the chain goes on
+        # The same job runs again: Slurm takes an ExcNodeList while the requeued job
+        # completes. The record first: Slurm's KillWait may end this script any moment.
+        record.save(folder, rec)
+        if chain_exclude(rec) and not slurmctl.set_excluded(job_id, chain_exclude(rec), REQUEUE_UPDATE_S):
+            say(f"cannot set the excluded nodes of the requeued job {job_id} now; its next run leaves them out")
     elif step["action"] == "restart":
         added = [n for n in step["exclude"] if n not in record.excluded_nodes(rec)]
         if added:
             attempt["excluded"] = added
         rec["exclude"] = step["exclude"]
+        without = chain_exclude(rec)  # (Slurm gives a new job no drained node by itself)
+        attempt["without"] = without
         try:
-            exclude = list(rec.get("start_exclude") or []) + step["exclude"]
             comment = slurmctl.user_comment(slurmctl.job_comment(job_id))
-            attempt["next_job_id"] = slurmctl.submit_next(kept_script(folder, rec), job_id, chain_id, exclude,
+            attempt["next_job_id"] = slurmctl.submit_next(kept_script(folder, rec), job_id, chain_id, without,
                                                           comment)
         except (RuntimeError, private.Untrusted) as exc:
             rec["final"] = {"ended": attempt["ended"], "exit_code": 1,
@@ -485,7 +626,8 @@ def finish_attempt(rec, attempt, step, folder, job_id, chain_id):
     if evidence:
         told += f" ({evidence})"
     if "next_job_id" in attempt:
-        say("{}; {}; next attempt: job {}".format(told, step["why"], attempt["next_job_id"]))
+        say("{}; {}; next attempt: job {}{}".format(told, step["why"], attempt["next_job_id"],
+                                                   f" without {NodeSet.of(without)}" if without else ""))
     else:
         say("{}; {}".format(told, (rec["final"] or {}).get("why", step["why"])))
     return (step["exit_code"] or 0) if rec["final"] is None else rec["final"]["exit_code"]

@@ -27,6 +27,7 @@ is over.
 """
 import json
 import os
+import threading
 import time
 
 from . import private
@@ -37,6 +38,9 @@ ENDINGS = ("completed", "hang", "crash", "node_failure", "time_limit", "preempte
 FAILURES = ("hang", "crash", "node_failure")  # count against max_restarts
 REQUEUES = ("time_limit", "preempted")  # count against max_time_requeues
 EARLIER_LIMIT = 50  # earlier chains read for the failure rate
+LOCK_NAME = "supervisor.lock"  # `<job id>`: whose supervisor runs the chain; refreshed while it lives
+LOCK_REFRESH_S = 10.0
+LOCK_STALE_S = 60.0  # a lock not refreshed for this long belongs to a supervisor that is gone
 
 
 def folder_for(output_path, chain_id):
@@ -126,3 +130,57 @@ def excluded_nodes(record):
     """The nodes the chain's next attempt goes without (`exclude`), in the order they
     were blamed. Each attempt's `excluded` lists the ones it added."""
     return list(record.get("exclude") or [])
+
+
+class Held(RuntimeError):
+    """Another job's supervisor of the same chain is alive: this one must not run."""
+
+
+def take_lock(folder, job_id, wait_s=LOCK_STALE_S, now=time.time, sleep=time.sleep):
+    """Hold the chain's lock as `job_id`, and refresh it from a daemon thread while this
+    process lives: one supervisor per chain, whichever job (a requeue, the standby, a
+    restart) starts it. A lock of another job refreshed within LOCK_STALE_S is waited
+    for, at most `wait_s`; Held when it stays fresh."""
+    path = os.path.join(folder, LOCK_NAME)
+    deadline = now() + wait_s
+    while True:
+        holder, age = _lock_state(path, now())
+        if holder in (None, job_id) or age > LOCK_STALE_S:
+            break
+        if now() >= deadline:
+            raise Held(f"the supervisor of job {holder} runs this chain ({path} was refreshed {age:.0f} s ago): "
+                       f"job {job_id} does not train beside it")
+        sleep(min(5.0, LOCK_STALE_S))
+    private.write(path, f"{job_id}\n".encode())
+    thread = threading.Thread(target=_refresh, args=(path, job_id), name="clusterkit-lock", daemon=True)
+    thread.start()
+    return thread
+
+
+def release_lock(folder, job_id):
+    """Give the lock up (when `job_id` holds it): the supervisor is done."""
+    path = os.path.join(folder, LOCK_NAME)
+    try:
+        if _lock_state(path, time.time())[0] == job_id:
+            os.unlink(path)
+    except (OSError, private.Untrusted):
+        pass
+
+
+def _lock_state(path, now):
+    """(holder job id or None, seconds since it was refreshed) of the lock at `path`."""
+    data = private.read(path)
+    if data is None:
+        return None, 0.0
+    return data.decode("utf-8", "replace").strip() or None, max(0.0, now - os.stat(path).st_mtime)
+
+
+def _refresh(path, job_id):
+    while True:
+        time.sleep(LOCK_REFRESH_S)
+        try:
+            if _lock_state(path, time.time())[0] != job_id:
+                return  # released, or taken over by a supervisor that found it stale
+            private.write(path, f"{job_id}\n".encode())
+        except (OSError, private.Untrusted):
+            pass

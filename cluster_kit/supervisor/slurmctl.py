@@ -13,14 +13,17 @@ SLURM_TIMEOUT_S = 60.0
 # The comment a restart is submitted with: how its supervisor finds the chain it goes
 # on (Slurm keeps it with the job; only the job's user or an operator can set it).
 CHAIN_COMMENT = "clusterkit-chain="
-# Node states (sinfo %T) in which a node no longer serves the job.
-BAD_STATES = ("down", "drain", "fail", "not_responding", "no_respond", "power_down", "powered_down")
+# Node states (sinfo %T) in which a node no longer serves the job: Slurm's own verdict.
+BAD_STATES = ("down", "fail", "power_down", "powered_down")
+# A drain reason clusterkit's health gate writes: its drain is a node fault, an admin's is not.
+GATE_REASON = "clusterkit:"
+DEFAULT_SLURMD_TIMEOUT_S = 300.0  # slurm.conf's default SlurmdTimeout
 
 
-def slurm(argv, env=None, stdin=None, cwd=None):
+def slurm(argv, env=None, stdin=None, cwd=None, timeout=SLURM_TIMEOUT_S):
     """stdout of a Slurm command; raises RuntimeError with its stderr."""
     try:
-        done = subprocess.run(argv, input=stdin, capture_output=True, timeout=SLURM_TIMEOUT_S, env=env,
+        done = subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout, env=env,
                               check=False, cwd=cwd)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise RuntimeError(f"{argv[0]}: {exc}")
@@ -84,18 +87,70 @@ def node_states(nodes):
     return parse_node_states(slurm(["sinfo", "-h", "-N", "-n", ",".join(nodes), "-o", "%N|%T|%E|%H"]))
 
 
-def is_bad(state):
-    """Whether a node in this sinfo state (%T, maybe with `*` for not responding) no longer serves a job."""
-    return state.endswith("*") or any(state.startswith(bad) for bad in BAD_STATES)
+FAULT, DRAINED, SILENT, OK = "fault", "drained", "silent", "ok"
+
+
+def node_verdict(state, reason=""):
+    """What a node's sinfo state (%T, `*` appended while it does not respond) and reason
+    (%E) mean for a job on it: FAULT (Slurm says it is down or failed, or clusterkit's
+    health gate drained it), DRAINED (someone else drains it: its jobs run on, it is
+    only left out of the next attempt), SILENT (not responding, not yet down: it may
+    answer again before Slurm's SlurmdTimeout) or OK."""
+    bare = state.rstrip("*~#!%$@^-+")
+    if any(bare.startswith(bad) for bad in BAD_STATES) or bare in ("not_responding", "no_respond"):
+        return FAULT
+    if "drain" in bare:
+        return FAULT if reason.startswith(GATE_REASON) else DRAINED
+    if state.endswith("*"):
+        return SILENT
+    return OK
 
 
 def failed_nodes(nodes):
-    """Allocated nodes Slurm marks DOWN, DRAIN, FAIL or not responding ([] when sinfo fails)."""
+    """Allocated nodes Slurm marks DOWN or FAIL, or that the health gate drained ([] when sinfo fails)."""
     try:
         states = node_states(nodes)
     except RuntimeError:
         return []
-    return [n for n in nodes if n in states and is_bad(states[n][0])]
+    return [n for n in nodes if n in states and node_verdict(states[n][0], states[n][1]) == FAULT]
+
+
+def reason_times(nodes):
+    """{node: when Slurm set its state's reason (sinfo %H)} ({} when sinfo fails)."""
+    try:
+        states = node_states(nodes)
+    except RuntimeError:
+        return {}
+    return {n: states[n][2] for n in nodes if n in states}
+
+
+def unusable_nodes(nodes):
+    """Nodes the next attempt should not start on: failed, drained, or not responding."""
+    try:
+        states = node_states(nodes)
+    except RuntimeError:
+        return []
+    return [n for n in nodes if n in states and node_verdict(states[n][0], states[n][1]) != OK]
+
+
+def parse_slurmd_timeout(text):
+    """SlurmdTimeout in seconds from `scontrol show config` (`SlurmdTimeout = 30 sec`); None if absent."""
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "SlurmdTimeout":
+            words = value.split()
+            if words and words[0].isdigit():
+                return float(words[0])
+    return None
+
+
+def slurmd_timeout():
+    """How long Slurm waits for a silent node before it calls it DOWN (SlurmdTimeout)."""
+    try:
+        found = parse_slurmd_timeout(slurm(["scontrol", "show", "config"]))
+    except RuntimeError:
+        found = None
+    return found if found is not None else DEFAULT_SLURMD_TIMEOUT_S
 
 
 def partition_nodes(job):
@@ -142,19 +197,25 @@ def cancel(job_id):
 
 GUARD_NAME = "clusterkit-guard"
 # The guard: a step on another node than the batch script's that cancels the job once
-# Slurm says the batch script's node is down or not responding. With --no-kill, Slurm
-# 22.05 keeps such a job RUNNING without its batch script until its time limit; once
-# cancelled, the standby job (--dependency=afternotok) takes the chain over.
-GUARD_CODE = """import subprocess, sys, time
-job, host = sys.argv[1], sys.argv[2]
+# Slurm says the batch script's node is down, or it has not responded for longer than
+# SlurmdTimeout. With --no-kill, Slurm 22.05 keeps such a job RUNNING without its batch
+# script until its time limit; once cancelled, the standby job (--dependency=afternotok)
+# takes the chain over. It leaves with exit code 0 when its stdin closes (the supervisor
+# is done with it): srun then reports no killed task.
+GUARD_CODE = """import select, subprocess, sys, time
+job, host, patience = sys.argv[1], sys.argv[2], float(sys.argv[3])
+silent = None
 while True:
-    time.sleep(5)
+    if select.select([sys.stdin], [], [], 5)[0] and not sys.stdin.buffer.read1(4096):
+        sys.exit(0)
     try:
         state = subprocess.run(["sinfo", "-h", "-n", host, "-o", "%T"], capture_output=True, text=True,
                                timeout=30).stdout.strip().lower()
     except (OSError, subprocess.TimeoutExpired):
         continue
-    if state.endswith("*") or state.startswith(("down", "fail", "not_responding", "no_respond")):
+    down = state.rstrip("*~#!%$@^-+").startswith(("down", "fail"))
+    silent = (silent or time.time()) if state.endswith("*") else None
+    if down or (silent is not None and time.time() - silent > patience):
         print("clusterkit guard: the batch script's node %s is %s: cancelling job %s" % (host, state, job),
               file=sys.stderr, flush=True)
         subprocess.run(["scancel", job], timeout=30)
@@ -182,25 +243,34 @@ def running_steps(job_id):
         return []
 
 
-def start_guard(job_id, node, batch_host, python):
-    """The guard step on `node` (the srun process; stop it with stop_guard)."""
+def start_guard(job_id, node, batch_host, python, patience_s):
+    """The guard step on `node` (the srun process; stop it with stop_guard). `patience_s`:
+    how long the batch script's node may not respond before the guard gives it up."""
     argv = ["srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}", f"--job-name={GUARD_NAME}",
-            "--mem=0", python, "-c", GUARD_CODE, job_id, batch_host]
+            "--mem=0", python, "-c", GUARD_CODE, job_id, batch_host, f"{patience_s:g}"]
     try:
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
     except OSError:
         return None
 
 
-def stop_guard(proc):
+def stop_guard(proc, wait_s=5.0):
+    """End the guard: its stdin closes and it leaves by itself (no `task 0: Killed` line
+    in the job's output); terminated when it has not within `wait_s` (0 after a
+    SIGTERM: the supervisor then has only Slurm's KillWait to record the attempt)."""
     if proc is None or proc.poll() is not None:
         return
+    try:
+        proc.stdin.close()
+        proc.wait(timeout=wait_s)
+        return
+    except (OSError, subprocess.TimeoutExpired):
+        pass
     proc.terminate()
     try:
-        proc.wait(timeout=10)
+        proc.wait(timeout=max(wait_s, 1.0))
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.wait()
 
 
 def kill_steps(job_id, steps):
@@ -211,6 +281,43 @@ def kill_steps(job_id, steps):
             slurm(["scancel", "--signal=KILL", f"{job_id}.{step}"])
         except RuntimeError:
             pass  # it ended meanwhile
+
+
+STEPS_GONE_S = 60.0
+
+
+def end_steps(job_id, steps, timeout=STEPS_GONE_S):
+    """Kill these steps of the job (numbers, as the record keeps them) and every srun
+    step Slurm still lists, and wait until none of them is listed: the next attempt
+    never starts beside one that is still there. The steps still listed at `timeout`."""
+    deadline = time.time() + timeout
+    left = sorted(set(steps) | set(running_steps(job_id)), key=int)
+    while left:
+        kill_steps(job_id, left)
+        time.sleep(0.5)
+        listed = set(running_steps(job_id))
+        left = [s for s in left if s in listed]
+        if time.time() > deadline:
+            break
+    return left
+
+
+def set_excluded(job_id, exclude, timeout=SLURM_TIMEOUT_S):
+    """Set the ExcNodeList of a job that waits (pending, or requeued and completing: Slurm
+    takes it then, not while the job runs) to `exclude`; False when Slurm refused or did
+    not answer within `timeout` (a job that was resized answers "try again in a bit"
+    for a few seconds after its requeue, which scontrol retries by itself)."""
+    try:
+        slurm(["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={NodeSet.of(exclude) if exclude else ''}"],
+              timeout=timeout)
+        return True
+    except RuntimeError:
+        return False
+
+
+def requeue(job_id):
+    """Requeue this job (its own user may): it runs again under its id."""
+    slurm(["scontrol", "requeue", job_id])
 
 
 RELEASE_TRIES = 3  # right after a node failure Slurm may answer "try again in a bit"

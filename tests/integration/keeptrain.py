@@ -149,3 +149,17 @@ def holding(dev_cluster: Any, nodes: str, seconds: int = 900) -> Iterator[str]:
         yield holder
     finally:
         subprocess.run(["scancel", holder], env=dev_cluster.slurm_env(), check=False, capture_output=True)
+
+
+def requeue(dev_cluster: Any, job_id: str, exclude: str | None = None) -> None:
+    """What preemption with PreemptMode=REQUEUE does to a running job, by hand; then the
+    job may start at once (Slurm holds a requeued job back for 120 s, BeginTime), with
+    `exclude` as its ExcNodeList when given ("" clears it)."""
+    env = dev_cluster.slurm_env()
+    subprocess.run(["scontrol", "requeue", job_id], env=env, check=True, capture_output=True, timeout=60)
+    deadline = time.monotonic() + 60
+    while squeue_state(dev_cluster, job_id) not in ("PENDING", "RUNNING") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    settings = [f"ExcNodeList={exclude}"] if exclude is not None else []
+    subprocess.run(["scontrol", "update", f"JobId={job_id}", *settings, "StartTime=now"], env=env, check=False,
+                   capture_output=True, timeout=60)

@@ -26,27 +26,15 @@ from keeptrain import (
     hostnames,
     job,
     log_of,
+    requeue,
     second_node,
     side_profile,
-    squeue_state,
     submit,
     training,
     yaml_of,
 )
 
 pytestmark = pytest.mark.integration
-
-
-def requeue(dev_cluster: Any, job_id: str) -> None:
-    """What preemption with PreemptMode=REQUEUE does to a running job, by hand; then the
-    job may start at once (Slurm holds a requeued job back for 120 s, BeginTime)."""
-    env = dev_cluster.slurm_env()
-    subprocess.run(["scontrol", "requeue", job_id], env=env, check=True, capture_output=True, timeout=60)
-    deadline = time.monotonic() + 60
-    while squeue_state(dev_cluster, job_id) not in ("PENDING", "RUNNING") and time.monotonic() < deadline:
-        time.sleep(0.5)
-    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env, check=False,
-                   capture_output=True, timeout=60)
 
 
 def test_a_hung_rank_is_named_with_its_node_and_the_job_resumes_without_it(

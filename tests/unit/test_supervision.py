@@ -353,3 +353,75 @@ def test_the_recorders_together_get_the_time_bound(tmp_path: Path, monkeypatch: 
     assert out["recorders"] == {}
     assert out["errors"] == {"fr": "_dump_fr_trace_json: no answer in 0.5 s",
                              "nccl": "_dump_nccl_trace_json: no answer in 0 s"}
+
+
+# --- stopped without finishing, and finished ------------------------------------------------------
+def test_the_first_stop_a_rank_is_told_is_written_once_with_its_cause(tmp_path: Path) -> None:
+    out = run_rank("""
+        import os, signal, time
+        from cluster_kit import supervision
+        supervision.enable_supervision()
+        os.kill(os.getpid(), signal.SIGTERM)  # Slurm's signal to the steps of a preempted job
+        time.sleep(0.01)
+        open(os.environ["CLUSTERKIT_CONTROL_DIR"] + "/stop", "w").close()
+        time.sleep(1.2)  # the watcher sees the stop file too: the first cause stays
+        print(supervision.stop_requested())
+    """, tmp_path, RANK="2")
+    assert out.stdout.split() == ["True"], out.stderr
+    cause, when = (tmp_path / "stopped" / "rank-2").read_text().split()
+    assert cause == "SIGTERM" and abs(float(when) - time.time()) < 60
+    assert mode(tmp_path / "stopped" / "rank-2") == 0o600 and not (tmp_path / "finished").exists()
+
+
+def test_the_stop_file_alone_is_a_stop_of_its_own_name(tmp_path: Path) -> None:
+    link = Supervision(str(tmp_path), rank=0)
+    (tmp_path / "stop").write_text("")
+    link.poll_once()
+    assert (tmp_path / "stopped" / "rank-0").read_text().split()[0] == "stop-file"
+
+
+@pytest.mark.parametrize(("code", "finished"), [
+    ("supervision.finished()", True),  # the script says so
+    ("os.kill(os.getpid(), signal.SIGUSR1); time.sleep(0.01); supervision.finished()", True),  # it did all its steps
+    ("pass", False),  # it just returned: whether it finished is not known
+])
+def test_a_rank_reports_that_training_finished_only_when_the_script_says_so(
+        tmp_path: Path, code: str, finished: bool) -> None:
+    out = run_rank(f"""
+        import os, signal, time
+        from cluster_kit import supervision
+        supervision.enable_supervision()
+        {code}
+    """, tmp_path, RANK="1")
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "finished" / "rank-1").exists() is finished
+
+
+def test_a_checkpoint_wait_after_the_loop_reports_finished_unless_a_stop_was_asked(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    code = """
+        import os, signal, time, torch
+        from cluster_kit import checkpoint, supervision
+        supervision.enable_supervision()
+        saver = checkpoint.configure("{ckpt}", every=1)
+        {stop}
+        saver.save(1, model=torch.nn.Linear(2, 2))
+        saver.wait()
+    """
+    calm = run_rank(code.format(ckpt=tmp_path / "k1", stop=""), tmp_path / "c1")
+    assert calm.returncode == 0, calm.stderr
+    assert (tmp_path / "c1" / "finished" / "rank-0").read_text().split()[0] == "0"
+    told = run_rank(code.format(ckpt=tmp_path / "k2", stop="os.kill(os.getpid(), signal.SIGUSR1); time.sleep(0.01)"),
+                    tmp_path / "c2")
+    assert told.returncode == 0, told.stderr
+    assert not (tmp_path / "c2" / "finished").exists() and (tmp_path / "c2" / "stopped" / "rank-0").exists()
+
+
+def test_a_pause_says_how_long_it_may_last_and_why(tmp_path: Path) -> None:
+    link = Supervision(str(tmp_path), rank=0, interval_s=3600, host="n1")
+    link.pause("checkpoint save: 3 shards", max_s=90)
+    beat = parse_heartbeat((tmp_path / "heartbeat" / "rank-0").read_text())
+    assert (beat.pause_max_s, beat.pause_reason) == (90.0, "checkpoint save: 3 shards")
+    link.resume()
+    link.pause("eval")
+    assert parse_heartbeat((tmp_path / "heartbeat" / "rank-0").read_text()).pause_max_s == 1800.0

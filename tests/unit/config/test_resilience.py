@@ -249,7 +249,7 @@ def test_the_supervisor_signal_wins_over_the_profiles(tmp_path: Path) -> None:
 
 def test_the_options_are_in_the_effective_slurm_extra(tmp_path: Path, search: SearchPath) -> None:
     extra = settings(tmp_path, search, "resilience: {grace: 90}\n")["slurm"]["extra"]
-    assert extra == {"signal": "B:USR1@90", "no-kill": "", "requeue": ""}
+    assert extra == {"signal": "B:USR1@90", "no-kill": "", "requeue": "", "open-mode": "append"}
 
 
 # --------------------------------------------------------------------------- schema

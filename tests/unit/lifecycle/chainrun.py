@@ -74,6 +74,8 @@ class ChainCluster:
         self.calls.append(argv)
         if argv[0] == "sbatch":
             return Completed(argv, 0, f"{self.submitted.pop(0)}\n", "")
+        if argv[0] == "scancel":  # every job it names was running
+            return Completed(argv, *recorded("scancel_running"))
         if argv[0] in UNKNOWN:
             return self.slurm(argv)
         return LocalRunner().run(argv, stdin=stdin, timeout=timeout)

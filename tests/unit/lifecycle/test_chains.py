@@ -287,3 +287,38 @@ def test_output_files_of_the_attempts_in_order() -> None:
                 {"attempt": 2, "slurm_job_id": "9", "output": "/o/b.out"}, {"attempt": 3, "slurm_job_id": "10"})
     chain = chains.Chain("f", "7", attempts, None, {})
     assert chains.attempt_outputs(chain) == [("attempts 0,1: job 7", "/o/a.out"), ("attempt 2: job 9", "/o/b.out")]
+
+
+def test_cancel_of_a_chain_cancels_its_standby_job_first_then_the_jobs_it_runs_as(logs: Path) -> None:
+    data = running(plant_chain("hang_then_completed", logs), 2)
+    data["standby"] = {"job_id": "125", "after": "124"}
+    save_chain(logs, data)
+    cluster = ChainCluster()
+    cluster.job("123", "killed", output=logs / "train-123.out")
+    cluster.job("124", "running", output=logs / "train-124.out")
+    assert lifecycle.cancel(cluster, "123") == [("125", True, "standby"), ("123", True, ""), ("124", True, "chain")]
+    assert [argv[-1] for argv in cluster.ran("scancel")] == ["125", "123", "124"]
+
+
+def test_the_restart_line_names_the_nodes_the_next_job_was_submitted_without() -> None:
+    attempts = ({"attempt": 0, "slurm_job_id": "145", "ended": "hang", "excluded": ["n4"],
+                 "culprit": {"evidence": "rank 3 ...", "hosts": ["n4"]}, "next_job_id": "146",
+                 "without": ["n4"]},)
+    chain = chains.Chain("f", "140", attempts, None, {})
+    assert chains.restart_line(chain, "145") == "attempt 0 ended (hang: rank 3 ...); restarted as job 146 without n4"
+    older = chains.Chain("f", "140", ({k: v for k, v in attempts[0].items() if k != "without"},), None, {})
+    assert chains.restart_line(older, "145").endswith("restarted as job 146 without n4")  # a record from before
+
+
+def test_a_hang_that_came_back_on_another_node_is_the_scripts_no_node_to_check() -> None:
+    signature = "hang: is not in all_reduce ## that ranks #-# wait in at train.py:85 in load_batch"
+    attempts = [{"attempt": 0, "slurm_job_id": "7", "ended": "hang", "culprit": {
+                    "ranks": [3], "hosts": ["n2"], "evidence": "...", "kind": "node", "signature": signature}},
+                {"attempt": 1, "slurm_job_id": "7", "ended": "hang", "culprit": {
+                    "ranks": [3], "hosts": ["n3"], "evidence": "...", "kind": "program", "signature": signature}}]
+    why = "the script hangs the same way on different nodes: rank 3 ... (attempt 0 on n2, attempt 1 on n3)"
+    chain = chains.Chain("f", "7", tuple(attempts), {"ended": "hang", "exit_code": 1, "why": why},
+                         {"max_restarts": 3})
+    assert chain_advice(chain, attempts, None) == [
+        (f"the chain stopped: {why}: no node is to blame; fix the script at that place (its stack is above), "
+         "then submit the job again")]

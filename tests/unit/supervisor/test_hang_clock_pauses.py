@@ -87,3 +87,20 @@ def test_why_sigterm_came_is_read_from_slurm_at_the_signal(case: str, cause: str
 def test_preemption_that_does_not_requeue() -> None:
     assert decide.term_cause({"Restarts": "0"}, {"JobState": "PREEMPTED", "Restarts": "0"}) == "preempted"
     assert decide.term_cause({"Restarts": "0"}, {"JobState": "COMPLETING", "Reason": "Preemption"}) == "preempted"
+
+
+def test_a_pause_past_its_max_s_stops_the_clock_no_longer_and_says_why() -> None:
+    clock = decide.HangClock(world_size=2, hang_timeout=20, started=1000.0)
+    clock.observe(1, 5, 1010.0)
+    clock.observe(0, 5, 1010.0, paused_since=1011.0, pause_max_s=60.0, pause_reason="checkpoint save")
+    assert clock.stalled(1070.0) == [] and clock.overdue(1070.0) == {}
+    assert clock.stalled(1072.0) == [0, 1]  # a save stuck on a hung file system: a hang after all
+    assert clock.overdue(1072.0) == {0: ("checkpoint save", 61.0, 60.0)}
+
+
+def test_a_pause_line_of_an_older_trainer_has_no_ceiling() -> None:
+    beat = parse_heartbeat("7 100.500 n1 42 paused:101.250\n")
+    assert (beat.paused_since, beat.pause_max_s, beat.pause_reason) == (101.25, None, "")
+    clock = decide.HangClock(world_size=1, hang_timeout=20, started=0.0)
+    clock.observe(0, 7, 100.5, beat.paused_since, pause_max_s=beat.pause_max_s)
+    assert clock.stalled(1e9) == []
