@@ -134,13 +134,30 @@ def slurm_names(culprit, nodes):
     nodes' NodeHostName and NodeAddr); a host that is none of them is kept apart."""
     if not culprit or not culprit.get("hosts"):
         return culprit
-    try:
-        table = builders.parse_scontrol_show_nodes(slurmctl.slurm(builders.build_scontrol_show_nodes(",".join(nodes))))
-    except (RuntimeError, ValueError):
-        table = []
+    table = node_table(nodes)
+    if table is None:  # Slurm did not answer: the allocation's own names still are Slurm names
+        return decide.on_slurm_names(culprit, {h: h for h in culprit["hosts"] if h in nodes})
     known = {n.name for n in table}
     resolved = {h: addresses_of(h) for h in culprit["hosts"] if h not in known}
     return decide.on_slurm_names(culprit, node_names.slurm_names(culprit["hosts"], table, resolved))
+
+
+NODE_TABLE_TRIES = 3
+
+
+def node_table(nodes, tries=NODE_TABLE_TRIES, pause=2.0):
+    """`scontrol show node` of the allocation's nodes, asked again when it fails (Slurm
+    busy with a failed node); None when it never answered."""
+    argv = builders.build_scontrol_show_nodes(",".join(nodes))
+    for attempt in range(tries):
+        try:
+            return builders.parse_scontrol_show_nodes(slurmctl.slurm(argv))
+        except (RuntimeError, ValueError) as exc:
+            if attempt == tries - 1:
+                say(f"cannot read the allocation's nodes from Slurm ({exc}): blaming by the names ranks reported")
+                return None
+            time.sleep(pause)
+    return None
 
 
 def addresses_of(host):

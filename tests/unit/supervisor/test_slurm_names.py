@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from cluster_kit.slurm import builders
 from cluster_kit.slurm.node_names import slurm_names
 from cluster_kit.supervisor import decide, record
@@ -39,3 +41,19 @@ def test_a_host_that_is_no_node_of_the_allocation_is_kept_apart_and_never_exclud
     assert decide.excludable(blamed, ["n1", "n2"])["hosts"] == ["n1"]
     assert decide.on_slurm_names(None, {}) is None
     assert "unmatched_hosts" not in named(decide.culprit_of([0], ["n3"], "..."))
+
+
+def test_when_slurm_does_not_answer_the_allocations_names_are_still_blamed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cluster_kit.supervisor import job, slurmctl
+
+    asked: list[list[str]] = []
+
+    def refuse(argv: list[str], **_: object) -> str:
+        asked.append(argv)
+        raise RuntimeError("scontrol show node failed: Unable to contact slurm controller (connect failure)")
+
+    monkeypatch.setattr(slurmctl, "slurm", refuse)
+    monkeypatch.setattr(job.time, "sleep", lambda s: None)
+    blamed = job.slurm_names(decide.culprit_of([3], ["n2", "gpu009.cluster.local"], "..."), ["n1", "n2"])
+    assert len(asked) == job.NODE_TABLE_TRIES  # asked again before giving up
+    assert (blamed["hosts"], blamed["unmatched_hosts"]) == (["n2"], ["gpu009.cluster.local"])
