@@ -362,13 +362,13 @@ def test_a_fifo_with_a_writer_is_refused_too(tmp_path: Path) -> None:
         os.close(writer)
 
 
-def test_readme_states_the_limits_the_code_enforces() -> None:
+def test_the_user_guide_states_the_limits_the_code_enforces() -> None:
     from cluster_kit.commands.audit import BASELINE_MAX_BYTES
     from cluster_kit.config.textfile import size_text
     from cluster_kit.hostlist import MAX_HOSTS
 
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
-    section = readme.split("### Limits on input files", 1)[1].split("\n#", 1)[0]
+    guide = (Path(__file__).resolve().parents[3] / "docs" / "guide-submitting.md").read_text()
+    section = guide.split("### Limits on input files", 1)[1].split("\n#", 1)[0]
     section = " ".join(section.split())
     for stated in (f"at most {size_text(MAX_BYTES)} of UTF-8", f"longer than {MAX_LINE_CHARS:,} characters",
                    f"up to {size_text(BASELINE_MAX_BYTES)}", f"at most {MAX_DEPTH} levels",
