@@ -132,7 +132,7 @@ def test_a_requeue_by_slurm_goes_on_as_the_same_job_without_blame(
                             "(1 of max_time_requeues 5)")
     assert not first.get("culprit") and not first.get("excluded") and "next_job_id" not in first
     assert second["ended"] == "completed" and record["final"]["exit_code"] == 0
-    assert "starts at step 0 " not in log_of(second)  # it resumed from a checkpoint
+    assert "attempt 1 starts at step 0 " not in log_of(second)  # it resumed from a checkpoint
     assert_same_weights(keep_folder / "ck-requeue.weights", side_reference_weights)
 
 

@@ -146,18 +146,23 @@ def test_a_script_that_ignores_the_grace_signal_is_requeued_at_its_time_limit(
     assert_same_weights(keep_folder / "ck-ignore.weights", side_reference_weights)
 
 
-@pytest.mark.parametrize(("state", "said"), [("DOWN", "failed"), ("DRAIN", "is draining (ck-test)")])
-def test_a_node_slurm_marks_down_or_drains_mid_attempt_ends_it_within_seconds(
-        dev_cluster: Any, keep_folder: Path, reference_weights: Path, state: str, said: str) -> None:
+GATE_REASON = "clusterkit: gpu.ecc: GPU 2 has 2 uncorrected volatile ECC errors"
+
+
+@pytest.mark.parametrize(("state", "reason", "said"), [
+    ("DOWN", "ck-test", "failed"), ("DRAIN", GATE_REASON, f"is draining ({GATE_REASON})")])
+def test_a_node_slurm_marks_down_or_the_health_gate_drains_mid_attempt_ends_it_within_seconds(
+        dev_cluster: Any, keep_folder: Path, reference_weights: Path, state: str, reason: str, said: str) -> None:
     """DOWN: Slurm ends the step on the node at once (and, the node's slurmd answering,
-    returns it to service: ReturnToService=2). DRAIN: nothing stops the step but the
-    supervisor, which reads the nodes' states every 5 s."""
+    returns it to service: ReturnToService=2). DRAIN by clusterkit's health gate (its
+    reason starts with `clusterkit:`; an admin's drain is no fault of the attempt):
+    nothing stops the step but the supervisor, which reads the nodes' states every 5 s."""
     name = f"ck-{state.lower()}"
     job_id = submit(dev_cluster, job(keep_folder, name, step_seconds=0.5))
     victim = second_node(dev_cluster, training(keep_folder, job_id)["attempts"][0]["nodes"])
     env = dev_cluster.slurm_env()
     changed = time.time()
-    subprocess.run(["scontrol", "update", f"NodeName={victim}", f"State={state}", "Reason=ck-test"], env=env,
+    subprocess.run(["scontrol", "update", f"NodeName={victim}", f"State={state}", f"Reason={reason}"], env=env,
                    check=True)
     try:
         record = chain_record(keep_folder, job_id)
@@ -199,7 +204,9 @@ def test_cancel_of_the_first_job_ends_the_chain_where_it_runs_now(dev_cluster: A
     current = record["attempts"][1]["slurm_job_id"]
     done = clusterkit(dev_cluster, "cancel", job_id)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [f"job {job_id} had already ended",
+    standby = record["standby"]["job_id"]  # the current job's: it would take over once that one ended
+    assert done.stdout.splitlines() == [f"cancelled {standby} (the standby job of job {job_id}'s chain)",
+                                        f"job {job_id} had already ended",
                                         f"cancelled {current} (the chain of job {job_id} ran as it)"]
     record = chain_record(keep_folder, job_id, timeout=60)
     assert record["attempts"][-1]["ended"] == "cancelled" and record["final"]["ended"] == "cancelled", record
