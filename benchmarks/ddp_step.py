@@ -96,6 +96,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cluster_kit import ddp
+from cluster_kit.trainer.step import compile as compiling
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 StepFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -353,11 +354,11 @@ def built_step(
 def blocks_only() -> Iterator[None]:
     """``ddp.compile_model`` compiling only the model's repeated blocks, while building
     a step (build_step_blocks): the rest of the model runs its own kernels."""
-    real = ddp.compile_model
+    real = compiling.compile_model
 
     def compile_blocks(model: nn.Module, **options: Any) -> Callable[..., Any]:
         target = ddp.compile_target(model)
-        regions = ddp._Regions(ddp.repeated_blocks(target), options)
+        regions = compiling.Regions(ddp.repeated_blocks(target), options)
 
         def forward(*args: Any, **kwargs: Any) -> Any:
             with regions:
@@ -365,11 +366,11 @@ def blocks_only() -> Iterator[None]:
 
         return forward
 
-    ddp.compile_model = compile_blocks
+    compiling.compile_model = compile_blocks  # what build_step's compile calls
     try:
         yield
     finally:
-        ddp.compile_model = real
+        compiling.compile_model = real
 
 
 def hand_graph_step(

@@ -74,7 +74,7 @@ def per_step(beat: object, reps: int, steps: int) -> dict[str, float]:
 
 def child(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(ROOT))
-    from cluster_kit import supervision
+    from cluster_kit.trainer import supervision
 
     supervision.heartbeat()  # the first call sets up (and, supervised, writes and starts the watcher)
     result = {"supervised": supervision.enable_supervision() is not None,

@@ -20,7 +20,6 @@ It exits 1 when either check fails.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import math
 import os
 import sys
@@ -86,15 +85,13 @@ def check_allreduce(device: torch.device) -> bool:
 
 
 def load_ddp_helper() -> Any:
-    """cluster_kit.ddp: installed, or by file path from the checkout this example lives in."""
+    """cluster_kit.ddp: installed, or from the checkout this example lives in (its folder on
+    sys.path is all the trainer needs: it imports only the stdlib, torch and itself)."""
     try:
         from cluster_kit import ddp
     except ImportError:
-        path = Path(__file__).resolve().parent.parent / "cluster_kit" / "ddp.py"
-        spec = importlib.util.spec_from_file_location("cluster_kit_ddp", path)
-        assert spec is not None and spec.loader is not None
-        ddp = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(ddp)
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from cluster_kit import ddp
     return ddp
 
 

@@ -1,16 +1,9 @@
 """The files supervised ranks write in the control folder, read back (pure parsers + one reader).
 
-``heartbeat/rank-<R>``: ``<steps> <unix_time> <host> <pid> [paused:<since>[:<max_s>:<reason>]|resumed:<at>]``
-(the reason URL-quoted). ``stopped/rank-<R>``: ``<cause> <unix_time>``, the first stop
-the rank was told (``SIGTERM``, ``SIGUSR1``, ``stop-file``); ``finished/rank-<R>``:
-``<steps> <unix_time>``, the script said training is done. ``dumps/<id>/rank-<R>.stack``:
-``key: value`` header lines (rank, host, pid, steps, time, main_thread), a blank line,
-then faulthandler's dump of every thread. ``exceptions/rank-<R>.txt``: the same kind of
-header, then the traceback; ``exceptions/rank-<R>.fr.json``: the rank's Flight Recorder
-at that moment. ``faults/rank-<R>.txt``: what faulthandler wrote on a fatal signal
-(empty when none came). ``nccl-dumps/rank-<R>``: NCCL's watchdog's own dump on a
-timeout, where :func:`nccl_dump_prefix` points it. docs/architecture.md, "Supervised
-ranks", has the contract.
+What each file is and how it is written is :mod:`cluster_kit.trainer.contract`'s; this
+module reads a folder of them for the diagnosis: heartbeats, the stacks and Flight
+Recorder dumps of a dump request, exception and fault files, NCCL's own timeout dumps,
+and the ranks' stop and finish notes.
 
 Stdlib only, Python 3.8+: the job's supervisor runs this from a zip app.
 """
@@ -18,12 +11,13 @@ from __future__ import annotations
 
 import os
 import re
-import urllib.parse
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+
+from cluster_kit.trainer import contract
+from cluster_kit.trainer.contract import Heartbeat, Note, parse_header, parse_heartbeat
 
 from .flight_recorder import DumpError, RankDump, parse_dump, parse_dump_bytes
 
-RANK_FILE = re.compile(r"rank-(\d{1,7})(\.[a-z.]+)?\Z")
 # faulthandler: `Thread 0x00007f... (most recent call first):` (`Current thread` for the caller)
 THREAD_LINE = re.compile(r"(Current thread|Thread) (0x[0-9a-fA-F]+)\b.*:\s*\Z")
 # faulthandler: `  File "x.py", line 8 in f`; traceback: `  File "x.py", line 8, in f`
@@ -31,23 +25,6 @@ FRAME_LINE = re.compile(r'\s+File "(?P<path>.*)", line (?P<line>\d+),? in (?P<fu
 # Frames of Python itself, of installed packages and of clusterkit are not the user's code.
 LIBRARY_PATH = re.compile(r"(^<)|/site-packages/|/dist-packages/|/lib/python3\.\d+/|/cluster_kit/")
 MAX_FILE_BYTES = 4 << 20  # dumps are KBs; anything bigger is read only this far
-NCCL_DUMPS = "nccl-dumps"  # the control folder's sub-folder for NCCL's own timeout dumps
-STOPPED = "stopped"  # rank-<R>: the first stop the rank was told, and when
-FINISHED = "finished"  # rank-<R>: the script said training is done
-
-
-@dataclass(frozen=True)
-class Heartbeat:
-    """A heartbeat line: how many steps the rank reported, and when the last one ended."""
-
-    steps: int
-    time: float
-    host: str
-    pid: int
-    paused_since: float | None = None  # the rank is inside ddp.paused() since then
-    resumed_at: float | None = None  # when its last pause ended
-    pause_max_s: float | None = None  # how long that pause may stop the hang clock (None: no ceiling)
-    pause_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -131,58 +108,15 @@ def user_frame(frames: tuple[Frame, ...]) -> Frame:
     return next((f for f in frames if not f.is_library), frames[0])
 
 
-def parse_heartbeat(text: str) -> Heartbeat:
-    """``<steps> <unix_time> <host> <pid> [paused:<since>[:<max_s>:<reason>]|resumed:<at>]``;
-    ValueError naming what is wrong."""
-    fields = text.split("\n", 1)[0].split()
-    if len(fields) not in (4, 5):
-        raise ValueError(f"a heartbeat line has 4 or 5 fields (steps time host pid [pause]), not {text[:80]!r}")
-    steps, when, host, pid = fields[:4]
-    beat = Heartbeat(int(steps), float(when), host, int(pid))
-    if len(fields) == 5:
-        kind, sep, at = fields[4].partition(":")
-        if not sep or kind not in ("paused", "resumed"):
-            raise ValueError(f"a heartbeat's fifth field is paused:<time> or resumed:<time>, not {fields[4][:40]!r}")
-        if kind == "resumed":
-            return replace(beat, resumed_at=float(at))
-        since, _, rest = at.partition(":")
-        max_s, _, reason = rest.partition(":")
-        beat = replace(beat, paused_since=float(since), pause_max_s=float(max_s) if max_s else None,
-                       pause_reason=urllib.parse.unquote(reason))
-    return beat
-
-
-@dataclass(frozen=True)
-class Note:
-    """A rank's ``stopped`` or ``finished`` file: what (the stop's cause, or the steps) and when."""
-
-    rank: int
-    what: str
-    time: float
-
-
 def read_notes(control_dir: str, kind: str) -> dict[int, Note]:
     """``{rank: Note}`` of the ``stopped`` or ``finished`` files of every rank (unreadable ones left out)."""
     notes = {}
     for rank, path in rank_paths(os.path.join(control_dir, kind), "").items():
         try:
-            what, when = read_text(path).split()[:2]
-            notes[rank] = Note(rank, what, float(when))
+            notes[rank] = contract.parse_note(read_text(path), rank)
         except (OSError, ValueError):
             continue
     return notes
-
-
-def parse_header(text: str) -> tuple[dict[str, str], str]:
-    """The ``key: value`` lines before the first blank line, and the text after it."""
-    head, _, rest = text.partition("\n\n")
-    header = {}
-    for line in head.splitlines():
-        key, sep, value = line.partition(": ")
-        if not sep or " " in key:
-            return {}, text  # no header: the whole text is the body
-        header[key] = value.strip()
-    return header, rest
 
 
 def parse_stack(text: str) -> StackDump:
@@ -256,7 +190,7 @@ def rank_paths(folder: str, suffix: str) -> dict[int, str]:
         return {}
     found = {}
     for name in names:
-        match = RANK_FILE.match(name)
+        match = contract.RANK_FILE.match(name)
         if match and (match.group(2) or "") == suffix:
             found[int(match.group(1))] = os.path.join(folder, name)
     return found
@@ -272,22 +206,15 @@ def read_bytes(path: str) -> bytes:
         return f.read(MAX_FILE_BYTES)
 
 
-def nccl_dump_prefix(control_dir: str) -> str:
-    """The value of ``TORCH_FR_DUMP_TEMP_FILE`` for the ranks: on a collective
-    timeout NCCL's watchdog writes its Flight Recorder to this prefix + the rank.
-    The folder must exist (0700) before the ranks start: torch does not create it."""
-    return os.path.join(control_dir, NCCL_DUMPS, "rank-")
-
-
 def read_failure_files(control_dir: str) -> dict[int, RankFiles]:
     """Every rank's heartbeat, and the Flight Recorder dump taken when it failed.
 
     The dump is NCCL's own (written at the timeout, while the rank still waited),
     else the one the rank's exception hook wrote (``exceptions/rank-<R>.fr.json``).
     """
-    beats = rank_paths(os.path.join(control_dir, "heartbeat"), "")
-    nccl = rank_paths(os.path.join(control_dir, NCCL_DUMPS), "")
-    hooked = rank_paths(os.path.join(control_dir, "exceptions"), ".fr.json")
+    beats = rank_paths(os.path.join(control_dir, contract.HEARTBEAT), "")
+    nccl = rank_paths(os.path.join(control_dir, contract.NCCL_DUMPS), "")
+    hooked = rank_paths(os.path.join(control_dir, contract.EXCEPTIONS), contract.FLIGHT_RECORDER)
     found = {}
     for rank in sorted(set(beats) | set(nccl) | set(hooked)):
         files = _rank_files(rank, beats.get(rank), None, None)
@@ -310,9 +237,9 @@ def _failure_dump(rank: int, nccl: str | None, hooked: str | None) -> tuple[Rank
 
 def read_dump_folder(control_dir: str, request: str) -> dict[int, RankFiles]:
     """Every rank's heartbeat, and its stack and Flight Recorder dump for `request`."""
-    dumps = os.path.join(control_dir, "dumps", request)
-    beats = rank_paths(os.path.join(control_dir, "heartbeat"), "")
-    stacks, frs = rank_paths(dumps, ".stack"), rank_paths(dumps, ".fr.json")
+    dumps = os.path.join(control_dir, contract.DUMPS, request)
+    beats = rank_paths(os.path.join(control_dir, contract.HEARTBEAT), "")
+    stacks, frs = rank_paths(dumps, contract.STACK), rank_paths(dumps, contract.FLIGHT_RECORDER)
     return {rank: _rank_files(rank, beats.get(rank), stacks.get(rank), frs.get(rank))
             for rank in sorted(set(beats) | set(stacks) | set(frs))}
 
@@ -338,8 +265,8 @@ def _rank_files(rank: int, beat: str | None, stack: str | None, fr: str | None) 
 def read_exceptions(control_dir: str) -> tuple[ExceptionReport, ...]:
     """The exception files and the non-empty fault files of every rank."""
     reports = []
-    for kind, fault in (("exceptions", False), ("faults", True)):
-        for rank, path in sorted(rank_paths(os.path.join(control_dir, kind), ".txt").items()):
+    for kind, fault in ((contract.EXCEPTIONS, False), (contract.FAULTS, True)):
+        for rank, path in sorted(rank_paths(os.path.join(control_dir, kind), contract.TEXT).items()):
             try:
                 text, mtime = read_text(path), os.path.getmtime(path)
             except OSError:

@@ -7,11 +7,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from cluster_kit import compile_options
 from cluster_kit.config import jobscript, spec, specs, vocab
 from cluster_kit.config.launch import default_tasks_per_node
 from cluster_kit.config.search import looks_like_path
 from cluster_kit.config.validators import asks_no_gpus
+from cluster_kit.trainer import compile_options
 
 if TYPE_CHECKING:
     from cluster_kit.config.documents import Job

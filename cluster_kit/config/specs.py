@@ -258,7 +258,7 @@ RESILIENCE = Section({
 
 
 # `cuda_graphs: true` or a mapping; `compile:` is true/false/a mode, or torch.compile's
-# arguments (cluster_kit/compile_options.py has build_step's rules for them).
+# arguments (cluster_kit/trainer/compile_options.py has build_step's rules for them).
 COMPILE = Section({
     "mode": Field(compile_mode()),
     "fullgraph": Field(boolean()),

@@ -6,7 +6,6 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cluster_kit import compile_options
 from cluster_kit.config.spec import (
     ONE_LINE,
     Rule,
@@ -15,6 +14,7 @@ from cluster_kit.config.spec import (
     type_and_value,
 )
 from cluster_kit.config.vocab import NCCL_OWNED, NCCL_VARIABLES
+from cluster_kit.trainer import compile_options
 
 if TYPE_CHECKING:
     from cluster_kit.config.spec import Check
@@ -318,7 +318,7 @@ def duration_window() -> Check:
 
 def checkpoint_every() -> Check:
     """resilience.checkpoint_every: auto, a number of steps, or a duration (90s, 30m, 2h, 1d)."""
-    from cluster_kit.checkpoint.interval import parse_every
+    from cluster_kit.trainer.checkpoint.interval import parse_every
 
     def check(value: Any) -> str | None:
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
@@ -542,7 +542,7 @@ def sbatch_value() -> Check:
 
 
 # ----------------------------------------------------------------------------
-# cuda_graphs: {compile: ...} (the rules are build_step's own: cluster_kit/compile_options.py)
+# cuda_graphs: {compile: ...} (the rules are build_step's own: cluster_kit/trainer/compile_options.py)
 
 
 def graphs_shorthand() -> Check:

@@ -16,6 +16,7 @@ import time
 from cluster_kit.analysis import culprit as culprits
 from cluster_kit.analysis import rank_files
 from cluster_kit.supervisor import decide, slurmctl
+from cluster_kit.trainer import contract
 
 POLL_S = 1.0
 NODE_POLL_S = 5.0  # how often the allocated nodes' Slurm states are read
@@ -87,7 +88,7 @@ class Attempt:
         if self.stopped_at is None:
             self.stopped_at = time.time()
         try:
-            fd = os.open(os.path.join(self.control, "stop"), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            fd = os.open(os.path.join(self.control, contract.STOP), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             os.close(fd)
         except OSError as exc:
             say(f"cannot write the stop file: {exc}")
@@ -123,9 +124,9 @@ class Attempt:
 
     # --- watching ------------------------------------------------------------------------
     def heartbeats(self, clock):
-        for rank, path in rank_files.rank_paths(os.path.join(self.control, "heartbeat"), "").items():
+        for rank, path in rank_files.rank_paths(os.path.join(self.control, contract.HEARTBEAT), "").items():
             try:
-                beat = rank_files.parse_heartbeat(rank_files.read_text(path))
+                beat = contract.parse_heartbeat(rank_files.read_text(path))
             except (OSError, ValueError):
                 continue
             clock.observe(rank, beat.steps, beat.time, beat.paused_since, beat.resumed_at, beat.pause_max_s,
@@ -172,8 +173,8 @@ class Attempt:
     def rank_failed(self):
         """Whether some rank wrote its exception or fault file: it is ending, and srun
         would otherwise wait for the others until Slurm's KillWait is over."""
-        for kind in ("exceptions", "faults"):
-            for path in rank_files.rank_paths(os.path.join(self.control, kind), ".txt").values():
+        for kind in (contract.EXCEPTIONS, contract.FAULTS):
+            for path in rank_files.rank_paths(os.path.join(self.control, kind), contract.TEXT).values():
                 try:
                     if os.path.getsize(path) > 0:
                         return True
@@ -222,15 +223,15 @@ class Attempt:
 
     def diagnose_hang(self, clock, stalled, overdue=None):
         request = f"hang-{int(time.time())}"
-        path = os.path.join(self.control, "dump-request")
+        path = os.path.join(self.control, contract.DUMP_REQUEST)
         tmp = path + ".tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as out:
             out.write(request + "\n")
         os.replace(tmp, path)
-        dumps = os.path.join(self.control, "dumps", request)
+        dumps = os.path.join(self.control, contract.DUMPS, request)
         deadline = time.time() + DUMP_WAIT_S
-        while time.time() < deadline and len(rank_files.rank_paths(dumps, ".done")) < self.world_size:
+        while time.time() < deadline and len(rank_files.rank_paths(dumps, contract.DONE)) < self.world_size:
             if self.proc.poll() is not None:
                 break
             time.sleep(0.5)

@@ -17,12 +17,13 @@ import time
 
 from cluster_kit.analysis import culprit as culprits
 from cluster_kit.analysis import rank_files
-from cluster_kit.checkpoint import interval
-from cluster_kit.checkpoint import status as checkpoint_status
 from cluster_kit.hostlist import NodeSet
 from cluster_kit.slurm import builders, node_names, outcome
 from cluster_kit.supervisor import decide, launch, private, record, slurmctl
 from cluster_kit.supervisor.attempt import Attempt, say
+from cluster_kit.trainer import contract
+from cluster_kit.trainer.checkpoint import interval
+from cluster_kit.trainer.checkpoint import status as checkpoint_status
 
 SCRIPT_NAME = "job.sbatch"
 AGAIN = object()  # settle's word for: the next attempt runs in this allocation
@@ -122,7 +123,7 @@ def kept_script(folder, rec):
 def nccl_dump_env(control, environ):
     """Where NCCL's watchdog writes its Flight Recorder on a collective timeout (a
     folder of the control folder: torch does not create it), unless the job says."""
-    prefix = rank_files.nccl_dump_prefix(control)
+    prefix = contract.nccl_dump_prefix(control)
     record.make_private_dir(os.path.dirname(prefix))
     wanted = {"TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "TORCH_FR_DUMP_TEMP_FILE": prefix}
     return {k: v for k, v in wanted.items() if k not in environ}
@@ -174,15 +175,15 @@ def checkpoint_env(args, rec, folder, nodes):
     run_s, failures, restart_s = decide.chain_history(rec["attempts"])
     earlier_s, earlier_failures = decide.earlier_history(record.earlier(folder), nodes)
     run_s, failures = run_s + earlier_s, failures + earlier_failures
-    env = {"CLUSTERKIT_CHAIN_ID": str(rec["job_id"]),
-           "CLUSTERKIT_MTBF_S": "{:.0f}".format(interval.estimate_mtbf_s(
+    env = {contract.CHAIN_ENV: str(rec["job_id"]),
+           contract.MTBF_ENV: "{:.0f}".format(interval.estimate_mtbf_s(
                run_s, failures, nodes, args.mtbf_hours or interval.DEFAULT_MTBF_HOURS))}
     if restart_s is not None:
-        env["CLUSTERKIT_RESTART_S"] = f"{restart_s:.1f}"
+        env[contract.RESTART_ENV] = f"{restart_s:.1f}"
     if args.checkpoint_every:
-        env["CLUSTERKIT_CHECKPOINT_EVERY"] = args.checkpoint_every
+        env[contract.CHECKPOINT_EVERY_ENV] = args.checkpoint_every
     if args.keep_checkpoints:
-        env["CLUSTERKIT_KEEP_CHECKPOINTS"] = str(args.keep_checkpoints)
+        env[contract.KEEP_CHECKPOINTS_ENV] = str(args.keep_checkpoints)
     return env
 
 
@@ -431,9 +432,10 @@ def start_attempt(rec, folder, job_id, job, chain_id, args, here, plan, number_h
     record.make_private_dir(control)
     checkpoint = args.checkpoint_dir or os.path.join(folder, "checkpoint")
     os.makedirs(checkpoint, mode=0o700, exist_ok=True)
-    env = dict(os.environ, CLUSTERKIT_CONTROL_DIR=control, CLUSTERKIT_ATTEMPT=str(number),
-               CLUSTERKIT_CHECKPOINT_DIR=checkpoint, MASTER_ADDR=nodes[0] if nodes else "",
+    env = dict(os.environ, MASTER_ADDR=nodes[0] if nodes else "",
                MASTER_PORT=str(launch.step_port(os.environ.get("MASTER_PORT", "29500"), number_here)))
+    env.update({contract.CONTROL_DIR_ENV: control, contract.ATTEMPT_ENV: str(number),
+                contract.CHECKPOINT_DIR_ENV: checkpoint})
     env.update(checkpoint_env(args, rec, folder, len(nodes)))
     env.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
     env.update(nccl_dump_env(control, env))
@@ -488,11 +490,11 @@ def stop_of(watched):
     the ranks got from Slurm counts only while Slurm preempts the job (PreemptTime:
     with a partition's GraceTime its steps are signalled, not the batch script), since
     srun sends the same SIGTERM to every task once one of them failed."""
-    if rank_files.read_notes(watched.control, rank_files.FINISHED):
+    if rank_files.read_notes(watched.control, contract.FINISHED):
         return False, ""
     if watched.grace:
         return True, "time_limit"
-    causes = {n.what for n in rank_files.read_notes(watched.control, rank_files.STOPPED).values()}
+    causes = {n.what for n in rank_files.read_notes(watched.control, contract.STOPPED).values()}
     if "SIGUSR1" in causes:  # the job's own --signal=USR1@N to its steps: the time limit ahead
         return True, "time_limit"
     if not causes:

@@ -12,7 +12,7 @@ with the same checks on what was opened. Anything else stops the job with an
 import hashlib
 import os
 
-from cluster_kit.trust import problem
+from cluster_kit.trainer.trust import problem
 
 FIX = ("remove it (or have its owner remove it), or set `output:` to a folder only you can write, "
        "and submit again")

@@ -13,9 +13,8 @@ CUDA graphs itself (``reduce-overhead``, ``max-autotune``,
 ``triton.cudagraphs``) are refused: its graphs cannot be recorded inside another
 graph, and the whole step is captured already.
 
-Imports only the stdlib: it runs in the trainer, loaded by path beside ``ddp.py``
-where clusterkit is not installed, and in the job file's validator, where torch
-need not be.
+Imports only the stdlib: it runs in the trainer, and in the job file's validator,
+where torch need not be.
 """
 
 from __future__ import annotations

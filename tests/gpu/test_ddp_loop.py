@@ -27,6 +27,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from cluster_kit import ddp
+from cluster_kit.trainer.step import graphed as graphed_step
+from cluster_kit.trainer.step import hyperparams
 
 pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
@@ -354,13 +356,13 @@ EVERYTHING_BF16 = {"autocast_dtype": torch.bfloat16, "max_grad_norm": 0.5}
 
 def prefer(monkeypatch: pytest.MonkeyPatch, eager_ms: float, graphed_ms: float) -> None:
     """Make the trial's verdict known in advance; the trial itself still runs."""
-    real = ddp._slowest_rank
+    real = graphed_step.slowest_rank
 
     def verdict(values: list[float], device: torch.device) -> list[float]:
         real(values, device)
         return [eager_ms, graphed_ms]
 
-    monkeypatch.setattr(ddp, "_slowest_rank", verdict)
+    monkeypatch.setattr(graphed_step, "slowest_rank", verdict)
 
 
 @pytest.mark.parametrize("impl", ["foreach", "fused"])
@@ -480,7 +482,7 @@ def test_batchnorm_with_foreach_adamw_equals_the_plain_loop(
     got = train_bn(True, data)
     worst, count = state_difference(got, want)
     with monkeypatch.context() as m:  # the lr tensor of earlier versions: float32
-        m.setattr(ddp, "_lr_dtype", lambda opt, group: torch.float32)
+        m.setattr(hyperparams, "lr_dtype", lambda opt, group: torch.float32)
         old, old_count = state_difference(train_bn(True, data), want)
     print(f"batchnorm foreach: max {worst:.3g} over {count} tensors; "
           f"with a float32 lr tensor {old:.3g} over {old_count}")

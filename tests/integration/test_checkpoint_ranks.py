@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 from checkpoint_job import STEPS, Attempt, start_attempt
 from supervised_job import wait_until
 
-from cluster_kit.checkpoint import store
+from cluster_kit.trainer.checkpoint import store
 
 pytestmark = pytest.mark.slow
 

@@ -20,11 +20,12 @@ RULES = {
     "paramiko": lambda module: module.startswith("ssh."),
     "subprocess": lambda module: module in ("slurm.runner", "supervisor.attempt", "supervisor.slurmctl")
     or module.startswith("node."),
-    "torch": lambda module: module in ("ddp", "node.allreduce_sweep") or module in TORCH_CHECKPOINT,
+    "torch": lambda module: module == "node.allreduce_sweep" or module.startswith(TORCH_TRAINER),
 }
-# The checkpoint package's torch side; its other modules are stdlib-only (below).
-TORCH_CHECKPOINT = ("checkpoint.checkpointer", "checkpoint.state", "checkpoint.data", "checkpoint.sharded",
-                    "checkpoint.group", "checkpoint.writer")
+# The trainer's torch side; its other modules are stdlib-only (below).
+TORCH_TRAINER = ("trainer.process_group", "trainer.profiler", "trainer.step", "trainer.checkpoint.checkpointer",
+                 "trainer.checkpoint.state", "trainer.checkpoint.data", "trainer.checkpoint.sharded",
+                 "trainer.checkpoint.group", "trainer.checkpoint.writer", "trainer.checkpoint.loading")
 # The pure core: text and data in, text and data out; no edge module, not even lazily.
 PURE = ("config.", "render.", "checks.", "report.", "fleet.audit", "fleet.facts", "hostlist", "errors",
         "slurm.builders")
@@ -32,13 +33,22 @@ EDGES = ("cluster_kit.ssh", "cluster_kit.slurm.runner", "cluster_kit.slurm.jobs"
          "cluster_kit.cli", "cluster_kit.app")
 # Runs inside jobs from a zip of itself and `packaging` only (checks/injob.py).
 CHECKS_MAY_IMPORT = ("cluster_kit.checks", "cluster_kit.__init__", "packaging")
-# Run inside jobs with the stdlib only: the trainer side (loaded by path beside ddp.py)
-# and the hang/crash diagnosis the supervisor runs from a zip app: module -> what it may import.
+# Run inside jobs with the stdlib only: the trainer's stdlib side (the contract with the
+# supervisor, supervision, what is trusted on disk) and the hang/crash diagnosis the
+# supervisor runs from a zip app: module -> what it may import.
+CONTRACT = ("cluster_kit.trainer", "cluster_kit.trainer.contract")
+SUPERVISION = ("cluster_kit.trainer.supervision.files", "cluster_kit.trainer.supervision.heartbeat",
+               "cluster_kit.trainer.supervision.dumps", "cluster_kit.trainer.supervision.stop",
+               "cluster_kit.trainer.supervision.environment", "cluster_kit.trainer.supervision.link")
 STDLIB_ONLY = {
-    "supervision": (),
-    "compile_options": (),
+    "trainer": (),
+    "trainer.contract": (),
+    "trainer.compile_options": (),
+    "trainer.trust": (),
+    "trainer.supervision": CONTRACT + SUPERVISION,
+    **{module.replace("cluster_kit.", ""): CONTRACT + SUPERVISION for module in SUPERVISION},
     "analysis.flight_recorder": (),
-    "analysis.rank_files": ("cluster_kit.analysis.flight_recorder",),
+    "analysis.rank_files": ("cluster_kit.analysis.flight_recorder",) + CONTRACT,
     "analysis.faults": ("cluster_kit.analysis.rank_files",),
     "analysis.culprit": ("cluster_kit.analysis.faults", "cluster_kit.analysis.flight_recorder",
                          "cluster_kit.analysis.rank_files"),
@@ -46,23 +56,22 @@ STDLIB_ONLY = {
     "slurm.builders": ("cluster_kit.slurm.outcome",),
     "slurm.node_names": ("cluster_kit.slurm.builders",),
     "supervisor": (),
-    "trust": (),
-    "supervisor.private": ("cluster_kit.trust",),
+    "supervisor.private": ("cluster_kit.trainer", "cluster_kit.trainer.trust"),
     "supervisor.record": ("cluster_kit.supervisor", "cluster_kit.supervisor.private"),
-    "checkpoint.interval": (),
-    "checkpoint.store": (),
-    "checkpoint.fence": ("cluster_kit.checkpoint.store",),
-    "checkpoint.status": ("cluster_kit.checkpoint.store",),
-    "checkpoint.settings": ("cluster_kit.checkpoint.interval",),
+    "trainer.checkpoint.interval": (),
+    "trainer.checkpoint.store": (),
+    "trainer.checkpoint.fence": ("cluster_kit.trainer.checkpoint.store",),
+    "trainer.checkpoint.status": ("cluster_kit.trainer.checkpoint.store",) + CONTRACT,
+    "trainer.checkpoint.settings": ("cluster_kit.trainer.checkpoint.interval",) + CONTRACT,
     "supervisor.decide": ("cluster_kit.hostlist", "cluster_kit.supervisor.record"),
     "supervisor.slurmctl": ("cluster_kit.hostlist", "cluster_kit.supervisor", "cluster_kit.supervisor.decide"),
     "hostlist": (),
     "supervisor.attempt": ("cluster_kit.analysis", "cluster_kit.analysis.culprit", "cluster_kit.analysis.rank_files",
                            "cluster_kit.supervisor", "cluster_kit.supervisor.decide",
-                           "cluster_kit.supervisor.slurmctl"),
+                           "cluster_kit.supervisor.slurmctl") + CONTRACT,
     "supervisor.launch": ("cluster_kit.hostlist",),
-    "supervisor.job": ("cluster_kit.checkpoint", "cluster_kit.checkpoint.interval", "cluster_kit.checkpoint.status",
-                       "cluster_kit.hostlist",
+    "supervisor.job": ("cluster_kit.trainer.checkpoint", "cluster_kit.trainer.checkpoint.interval",
+                       "cluster_kit.trainer.checkpoint.status", "cluster_kit.hostlist", *CONTRACT,
                        "cluster_kit.supervisor.launch", "cluster_kit.analysis", "cluster_kit.analysis.culprit", "cluster_kit.analysis.rank_files",
                        "cluster_kit.slurm", "cluster_kit.slurm.outcome", "cluster_kit.supervisor",
                        "cluster_kit.supervisor.attempt", "cluster_kit.supervisor.decide",
@@ -75,8 +84,8 @@ STDLIB_ONLY = {
 # the names it loads lazily) stands outside the order.
 LAYERS = (
     ("errors",),  # the error classes and the one sanitizer
-    ("hostlist", "text", "supervision", "compile_options", "trust", "node"),  # stdlib leaves
-    ("checks", "analysis", "ddp", "checkpoint"),  # facts -> findings, traces -> breakdowns, the trainer's side
+    ("hostlist", "text", "trainer", "node"),  # stdlib leaves, and what a training script imports
+    ("checks", "analysis", "ddp", "checkpoint"),  # facts -> findings, traces -> breakdowns; the trainer's public paths
     ("config",),  # files -> validated profiles and jobs -> effective settings
     ("ssh",),  # paramiko: connections, fan-out
     ("slurm",),  # sbatch/squeue/scontrol text, and the runner that runs them
@@ -129,6 +138,10 @@ def violations(found: list[tuple[str, ast.AST]]) -> list[str]:
                 problems.setdefault((module, line, top), f"{where} (only {top}'s own rooms may)")
             if module.startswith("node.") and top == "cluster_kit":
                 problems.setdefault((module, line, "node"), f"{where} (node scripts run where clusterkit is not installed)")
+            if (module == "trainer" or module.startswith("trainer.")) and top == "cluster_kit" \
+                    and not imported.startswith("cluster_kit.trainer"):
+                problems.setdefault((module, line, "trainer"),
+                                    f"{where} (the trainer imports only the stdlib, torch and itself)")
             if module.startswith(PURE) and imported.startswith(EDGES):
                 problems.setdefault((module, line, "pure"), f"{where} (the pure core reaches no edge)")
             if module in STDLIB_ONLY and top not in _STDLIB and imported not in STDLIB_ONLY[module]:
@@ -172,6 +185,7 @@ def test_the_layout_is_the_documented_one() -> None:
     rooms = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
     assert {"commands", "config", "render", "slurm", "ssh", "checks", "fleet", "report", "node"} <= rooms
     assert (PACKAGE / "ddp.py").exists()  # the public import path of training scripts (SPEC)
+    assert (PACKAGE / "checkpoint" / "__init__.py").exists() and "trainer" in rooms
 
 
 @pytest.mark.parametrize("module, source, why", [
@@ -181,7 +195,9 @@ def test_the_layout_is_the_documented_one() -> None:
     ("render.environment", "from cluster_kit.ssh import fanout\n", "pure core"),
     ("fleet.facts", "import torch\n", "torch"),
     ("checks.gpu", "import yaml\n", "checks run inside jobs"),
-    ("supervision", "import numpy\n", "stdlib only"),
+    ("trainer.supervision.heartbeat", "import numpy\n", "stdlib only"),
+    ("trainer.step.loop", "from cluster_kit.config import load\n", "the trainer imports only"),
+    ("trainer.contract", "import torch\n", "torch"),
     ("analysis.culprit", "from cluster_kit.analysis import traces\n", "stdlib only"),
     ("analysis.flight_recorder", "from . import rank_files\n", "stdlib only"),
     ("config.effective", "from cluster_kit.render import jobscript\n", "layer 3 (config) may not import layer 7"),
@@ -196,7 +212,7 @@ def test_a_crossing_is_reported(module: str, source: str, why: str) -> None:
 
 def test_the_edges_may_do_their_job() -> None:
     allowed = [("ssh.connect", "import paramiko\n"), ("slurm.runner", "import subprocess\n"),
-               ("node.allreduce_sweep", "import torch\n"), ("ddp", "import torch\n"),
+               ("node.allreduce_sweep", "import torch\n"), ("trainer.step.graphed", "import torch\n"),
                ("commands.jobs", "from cluster_kit.slurm import jobs\n")]
     assert violations([(m, ast.parse(s)) for m, s in allowed]) == []
 

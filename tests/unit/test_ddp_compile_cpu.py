@@ -30,7 +30,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from cluster_kit import ddp, trust
+from cluster_kit import ddp
+from cluster_kit.trainer import trust
+from cluster_kit.trainer.step.compile import Regions
 
 # Inductor's CPU backend writes C++ and builds it with g++ (scripts/setup installs it).
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs a C++ compiler (g++) for Inductor")
@@ -477,7 +479,7 @@ def test_a_forward_set_on_a_block_itself_is_put_back_after_the_compiled_model_ru
 
 def test_regions_entered_inside_themselves_leave_the_blocks_as_they_were() -> None:
     model = Stack().eval()
-    regions = ddp._Regions(list(model.blocks), {"backend": CountingBackend()})
+    regions = Regions(list(model.blocks), {"backend": CountingBackend()})
     with regions:
         with regions:
             pass

@@ -7,6 +7,7 @@ LR schedules and lr assignment, bf16 autocast, clipping, accumulation, GradScale
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,6 +22,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from cluster_kit import ddp
+from cluster_kit.trainer.step.snapshot import steps_onto_devices
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 STEPS = 12
@@ -348,7 +350,7 @@ def test_host_step_counts_move_to_the_parameters_device_and_back() -> None:
     opt = torch.optim.AdamW([param], lr=1e-2)
     host_step = torch.tensor(7.0)
     opt.state[param] = {"step": host_step, "exp_avg": torch.zeros(3, device="meta")}
-    moved = ddp._steps_onto_devices(opt, opt.param_groups[0])
+    moved = steps_onto_devices(opt, opt.param_groups[0])
     assert opt.state[param]["step"].device.type == "meta"
     assert moved == [(opt.state[param], host_step)]
 
@@ -364,10 +366,10 @@ class NoReplay:
 
 
 def as_if_captured(step: Any, example: Batch) -> None:
-    step.graphed = True
-    step._graph = NoReplay()
-    step._static_inputs, step._static_targets = (t.clone() for t in example)
-    step._static_loss = torch.zeros(())
+    step.outcome = dataclasses.replace(step.outcome, graphed=True)
+    step.captured.graph = NoReplay()
+    step.captured.static_inputs, step.captured.static_targets = (t.clone() for t in example)
+    step.captured.static_loss = torch.zeros(())
 
 
 @pytest.mark.parametrize("opts", [{}, {"max_grad_norm": 0.5}], ids=["plain", "clip"])
@@ -383,13 +385,13 @@ def test_a_short_last_batch_runs_the_plain_loops_step(opts: dict[str, Any]) -> N
         for x, y in data[:-1]:  # full batches: the plain loop on both sides
             plain_loop(model, opt, x, y, 1, None, opts.get("max_grad_norm"), None)
             sched.step()
-        grads = [torch.zeros_like(p) for p in step._params]
-        for p, g in zip(step._params, grads):
+        grads = [torch.zeros_like(p) for p in step.loop.params]
+        for p, g in zip(step.loop.params, grads):
             p.grad = g  # what a captured backward left behind
         if through_step:
             as_if_captured(step, data[0])
             loss, norm = step(*short), step.last_grad_norm
-            assert all(p.grad is g for p, g in zip(step._params, grads))
+            assert all(p.grad is g for p, g in zip(step.loop.params, grads))
         else:
             opt.zero_grad(set_to_none=True)
             loss, norm = plain_loop(

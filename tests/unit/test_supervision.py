@@ -19,15 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from cluster_kit import supervision
 from cluster_kit.analysis.culprit import first_failure
 from cluster_kit.analysis.flight_recorder import parse_dump
-from cluster_kit.analysis.rank_files import (
-    parse_heartbeat,
-    parse_stack,
-    read_exceptions,
-)
-from cluster_kit.supervision import Supervision
+from cluster_kit.analysis.rank_files import parse_stack, read_exceptions
+from cluster_kit.trainer import supervision
+from cluster_kit.trainer.contract import parse_heartbeat
+from cluster_kit.trainer.supervision import Supervision
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -162,7 +159,7 @@ def run_rank(code: str, control: Path | None, **env: str) -> subprocess.Complete
 def test_without_a_control_folder_every_call_is_a_no_op(tmp_path: Path) -> None:
     out = run_rank("""
         import sys, threading
-        from cluster_kit import supervision
+        from cluster_kit.trainer import supervision
         for _ in range(3):
             supervision.heartbeat()
         print(supervision.stop_requested(), supervision.enable_supervision(), threading.active_count(),
@@ -173,7 +170,7 @@ def test_without_a_control_folder_every_call_is_a_no_op(tmp_path: Path) -> None:
 
 def test_an_uncaught_exception_leaves_its_traceback(tmp_path: Path) -> None:
     out = run_rank("""
-        from cluster_kit import supervision
+        from cluster_kit.trainer import supervision
         def load(step):
             raise KeyError(f"sample {step}")
         supervision.heartbeat()
@@ -198,7 +195,7 @@ def test_an_uncaught_exception_leaves_its_traceback(tmp_path: Path) -> None:
 def test_a_forked_child_that_raises_leaves_no_file_under_the_ranks_name(tmp_path: Path) -> None:
     out = run_rank("""
         import os, sys
-        from cluster_kit import supervision
+        from cluster_kit.trainer import supervision
         supervision.heartbeat()
         pid = os.fork()
         if pid == 0:
@@ -215,7 +212,7 @@ def test_a_forked_child_that_raises_leaves_no_file_under_the_ranks_name(tmp_path
 def test_a_fatal_signal_leaves_every_threads_stack(tmp_path: Path) -> None:
     out = run_rank("""
         import faulthandler
-        from cluster_kit import supervision
+        from cluster_kit.trainer import supervision
         def step():
             faulthandler._sigsegv()
         supervision.heartbeat()
@@ -232,7 +229,7 @@ def test_a_fatal_signal_leaves_every_threads_stack(tmp_path: Path) -> None:
 def test_sigusr1_and_the_stop_file_turn_stop_requested_on(tmp_path: Path) -> None:
     out = run_rank("""
         import os, signal, sys, time
-        from cluster_kit import supervision
+        from cluster_kit.trainer import supervision
         print(supervision.stop_requested())
         os.kill(os.getpid(), signal.SIGUSR1)
         time.sleep(0.01)
@@ -242,7 +239,7 @@ def test_sigusr1_and_the_stop_file_turn_stop_requested_on(tmp_path: Path) -> Non
     (tmp_path / "stop").write_text("")
     out = run_rank("""
         import time
-        from cluster_kit import supervision
+        from cluster_kit.trainer import supervision
         deadline = time.monotonic() + 10
         while not supervision.stop_requested() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -254,7 +251,7 @@ def test_sigusr1_and_the_stop_file_turn_stop_requested_on(tmp_path: Path) -> Non
 def test_a_first_sigterm_asks_the_rank_to_stop_and_a_second_ends_it(tmp_path: Path) -> None:
     out = run_rank("""
         import os, signal, time
-        from cluster_kit import supervision
+        from cluster_kit.trainer import supervision
         print(supervision.stop_requested(), flush=True)
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.01)
@@ -270,7 +267,7 @@ def test_a_sigterm_handler_of_the_script_keeps_running(tmp_path: Path) -> None:
     out = run_rank("""
         import os, signal, time
         signal.signal(signal.SIGTERM, lambda n, f: print("theirs", flush=True))
-        from cluster_kit import supervision
+        from cluster_kit.trainer import supervision
         supervision.enable_supervision()
         os.kill(os.getpid(), signal.SIGTERM)
         os.kill(os.getpid(), signal.SIGTERM)
@@ -301,7 +298,7 @@ def test_build_steps_beat_by_themselves_once_a_step(tmp_path: Path) -> None:
     profiled = run_rank(code.format(store=tmp_path / "s2", control=tmp_path / "c2"), tmp_path / "c2",
                         CLUSTERKIT_HEARTBEAT_INTERVAL="0", CLUSTERKIT_PROFILE_STEPS="2",
                         CLUSTERKIT_PROFILE_DIR=str(tmp_path / "traces"))
-    assert profiled.stdout.split() == ["_ProfiledStep", "7"], profiled.stderr
+    assert profiled.stdout.split() == ["ProfiledStep", "7"], profiled.stderr
 
 
 def test_paused_writes_the_heartbeat_at_once_when_it_begins_and_ends(tmp_path: Path) -> None:
@@ -359,7 +356,7 @@ def test_the_recorders_together_get_the_time_bound(tmp_path: Path, monkeypatch: 
 def test_the_first_stop_a_rank_is_told_is_written_once_with_its_cause(tmp_path: Path) -> None:
     out = run_rank("""
         import os, signal, time
-        from cluster_kit import supervision
+        from cluster_kit.trainer import supervision
         supervision.enable_supervision()
         os.kill(os.getpid(), signal.SIGTERM)  # Slurm's signal to the steps of a preempted job
         time.sleep(0.01)
@@ -389,7 +386,7 @@ def test_a_rank_reports_that_training_finished_only_when_the_script_says_so(
         tmp_path: Path, code: str, finished: bool) -> None:
     out = run_rank(f"""
         import os, signal, time
-        from cluster_kit import supervision
+        from cluster_kit.trainer import supervision
         supervision.enable_supervision()
         {code}
     """, tmp_path, RANK="1")
@@ -401,7 +398,8 @@ def test_a_checkpoint_wait_after_the_loop_reports_finished_unless_a_stop_was_ask
     pytest.importorskip("torch")
     code = """
         import os, signal, time, torch
-        from cluster_kit import checkpoint, supervision
+        from cluster_kit import checkpoint
+        from cluster_kit.trainer import supervision
         supervision.enable_supervision()
         saver = checkpoint.configure("{ckpt}", every=1)
         {stop}

@@ -27,22 +27,22 @@ import importlib
 import threading
 from typing import TYPE_CHECKING, Any
 
-from cluster_kit.checkpoint import fence, interval, settings, status, store
-from cluster_kit.checkpoint.fence import Fenced
-from cluster_kit.checkpoint.interval import (
+from cluster_kit.trainer.checkpoint import fence, interval, settings, status, store
+from cluster_kit.trainer.checkpoint.fence import Fenced
+from cluster_kit.trainer.checkpoint.interval import (
     Every,
     Interval,
     choose_interval,
     parse_every,
 )
-from cluster_kit.checkpoint.store import CheckpointError, UnsafePath
+from cluster_kit.trainer.checkpoint.store import CheckpointError, UnsafePath
 
 if TYPE_CHECKING:
-    from cluster_kit.checkpoint.checkpointer import Checkpointer, Loaded
-    from cluster_kit.checkpoint.data import DataPosition
+    from cluster_kit.trainer.checkpoint.checkpointer import Checkpointer, Loaded
+    from cluster_kit.trainer.checkpoint.data import DataPosition
 
-_LAZY = {"Checkpointer": "cluster_kit.checkpoint.checkpointer", "Loaded": "cluster_kit.checkpoint.checkpointer",
-         "DataPosition": "cluster_kit.checkpoint.data"}
+_LAZY = {"Checkpointer": "cluster_kit.trainer.checkpoint.checkpointer",
+         "Loaded": "cluster_kit.trainer.checkpoint.checkpointer", "DataPosition": "cluster_kit.trainer.checkpoint.data"}
 _DEFAULT: Checkpointer | None = None
 _LOCK = threading.Lock()
 
@@ -63,7 +63,7 @@ def __getattr__(name: str) -> Any:
 def configure(directory: str | None = None, **options: Any) -> Checkpointer:
     """Make the checkpointer the module-level calls use (see :class:`Checkpointer` for options)."""
     global _DEFAULT
-    from cluster_kit.checkpoint.checkpointer import Checkpointer
+    from cluster_kit.trainer.checkpoint.checkpointer import Checkpointer
 
     with _LOCK:
         if _DEFAULT is not None:
@@ -75,7 +75,7 @@ def configure(directory: str | None = None, **options: Any) -> Checkpointer:
 def default() -> Checkpointer:
     """The module-level checkpointer: the one :func:`configure` made, else one from the environment."""
     global _DEFAULT
-    from cluster_kit.checkpoint.checkpointer import Checkpointer
+    from cluster_kit.trainer.checkpoint.checkpointer import Checkpointer
 
     with _LOCK:
         if _DEFAULT is None:

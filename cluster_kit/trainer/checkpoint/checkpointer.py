@@ -14,34 +14,32 @@ not a daemon, so the interpreter waits for it at exit, and a save made once
 """
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import os
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from cluster_kit import supervision
+from cluster_kit.trainer import supervision
 
 from . import group, sharded, store
 from .fence import Fenced, Token, check_fence, raise_fence
-from .interval import Every, Interval, choose_interval, parse_every
+from .interval import Interval, parse_every
+from .loading import newest_whole, read_into
+from .pace import Pace
 from .settings import settings_from_env
 from .state import (
     finish_copies,
     kind_of,
-    restore,
     rng_state,
-    set_rng_state,
     state_of,
     to_host,
 )
 from .status import StatusFile
-from .writer import Job, saver, write_and_commit
+from .writer import Background, Job, saver, write_and_commit
 
 LOG = logging.getLogger("cluster_kit.checkpoint")
 RESERVED = ("step", "async_", "rng")
@@ -84,57 +82,35 @@ class Checkpointer:
         self.settings = settings_from_env(environ)
         chosen = directory or self.settings.directory
         self.directory = os.path.abspath(chosen) if chosen else None
-        self.every: Every = parse_every(every) if every is not None else self.settings.every
         self.keep = keep if keep is not None else self.settings.keep
         if self.keep < 1:
             raise ValueError(f"keep={keep}: keep at least one checkpoint")
         self.async_ = async_
         self.sharded = sharded
         self.token = Token(self.settings.chain, self.settings.attempt)
-        # What the interval is computed from (rank 0's measurements; others' come from it).
-        self.step_s: float | None = None
-        self.save_s: float | None = None
-        self.write_s: float | None = None
-        self.last_step: int | None = None  # the step of the last save of this process
-        self._next_due: int | None = None
-        self._start_step: int | None = None
-        self._tick: tuple[float, int] | None = None
-        self._ticked = [0.0, 0]  # seconds and steps seen by due() since the last save
-        self._last_end: tuple[float, int] | None = None  # when and at which step the last save returned
+        # When to save, and what that is computed from (rank 0's measurements; others' come from it).
+        self.pace = Pace(parse_every(every) if every is not None else self.settings.every, self.settings)
         self._status: StatusFile | None = None
         self._prepared = False
         self._pinned: dict[tuple[Any, ...], torch.Tensor] = {}
-        self._thread: threading.Thread | None = None
-        self._failure: BaseException | None = None
-        self._exit_hook = False
+        self._background = Background(_paused)
 
     # --- the interval -------------------------------------------------------------------
+    every = property(lambda self: self.pace.every)
+    step_s = property(lambda self: self.pace.step_s)
+    save_s = property(lambda self: self.pace.save_s)
+    write_s = property(lambda self: self.pace.write_s)
+    last_step = property(lambda self: self.pace.last_step)
+
     @property
     def interval(self) -> Interval:
         """The interval this process would choose now, with its why."""
-        return choose_interval(self.every, step_s=self.step_s, save_s=self.save_s, write_s=self.write_s,
-                               mtbf_s=self.settings.mtbf_s, restart_s=self.settings.restart_s,
-                               nodes=self.settings.nodes)
+        return self.pace.interval
 
     def due(self, step: int) -> bool:
-        """Whether to save after ``step`` finished steps; the same answer on every rank.
-
-        Call it once a step: it also measures the step time that ``auto`` and a
-        duration need.
-        """
-        now = time.monotonic()
-        if self._tick is not None and step > self._tick[1]:
-            self._ticked[0] += now - self._tick[0]
-            self._ticked[1] += step - self._tick[1]
-        self._tick = (now, step)
-        if step == self.last_step:
-            return False
-        if self.every.kind == "steps":
-            return step > 0 and step % int(self.every.value) == 0
-        if self._next_due is None:
-            base = self._start_step if self._start_step is not None else step
-            self._next_due = base + self.interval.steps
-        return step >= self._next_due
+        """Whether to save after ``step`` finished steps; the same answer on every rank
+        (:meth:`Pace.due`: call it once a step, it also measures the step time)."""
+        return self.pace.due(step)
 
     # --- loading ------------------------------------------------------------------------
     def load(self, **targets: Any) -> Loaded | None:
@@ -151,8 +127,8 @@ class Checkpointer:
             rank, _ = group.rank_and_size()
             name = self._agree_on_newest(rank)
             if name is None:
-                self._start_step = 0
-                self._tell(interval=self._interval_doc())
+                self.pace.start_step = 0
+                self._tell(interval=self.pace.doc())
                 return None
             return self._read(name, targets, rank)
 
@@ -161,7 +137,7 @@ class Checkpointer:
         choice: tuple[str | None, str] = (None, "")
         if rank == 0:
             try:
-                choice = (self._newest_whole(), "")
+                choice = (newest_whole(self._root(), self._tell_add), "")
             except (OSError, store.CheckpointError) as exc:
                 choice = (None, f"rank 0 could not read {self._root()}: {exc}")
         name, error = group.broadcast_object(choice)
@@ -169,57 +145,14 @@ class Checkpointer:
             raise store.CheckpointError(error)
         return name
 
-    def _newest_whole(self) -> str | None:
-        """Rank 0: the newest committed checkpoint that verifies; bad ones are set aside."""
-        root = self._root()
-        for _, name in store.committed(root):
-            why = store.verify(root, name)
-            if why is None:
-                return name
-            aside = store.set_aside(root, name, why)
-            LOG.warning("checkpoint %s failed verification (%s): set aside as %s; trying the one before",
-                        os.path.join(root, name), why, aside)
-            self._tell_add("set_aside", {"name": name, "as": aside, "why": why})
-        return None
-
     def _read(self, name: str, targets: dict[str, Any], rank: int) -> Loaded:
         folder = os.path.join(self._root(), name)
-        manifest = store.read_manifest(folder)
-        contents: dict[str, str] = manifest.get("contents", {})
-        missing = sorted(set(targets) - set(contents))
-        if missing:
-            raise store.CheckpointError(f"{folder} has no {', '.join(missing)} (it holds "
-                                        f"{', '.join(sorted(contents))})")
-        state = {n: _torch_load(os.path.join(folder, f"{n}.pt"))
-                 for n, kind in contents.items() if kind != "sharded"}
-        dcp_targets = {n: o for n, o in targets.items() if contents[n] == "sharded"}
-        if dcp_targets:
-            sharded.load(dcp_targets, os.path.join(folder, sharded.SUBFOLDER))
-        for n, obj in targets.items():
-            if contents[n] != "sharded":
-                restore(obj, state[n])
-        self._restore_rng(folder, manifest, rank)
-        self._resume_measurements(manifest)
+        manifest, state = read_into(folder, targets, rank)
         step = manifest["step"]
-        self._start_step = self.last_step = step
-        self._tell(loaded={"step": step, "name": name}, interval=self._interval_doc())
+        self.pace.resumed(step, manifest)
+        self._tell(loaded={"step": step, "name": name}, interval=self.pace.doc())
         LOG.info("resumed from %s (step %d, written by attempt %s)", folder, step, manifest.get("attempt"))
         return Loaded(step, name, folder, int(manifest.get("attempt", 0)), state, manifest)
-
-    def _restore_rng(self, folder: str, manifest: dict[str, Any], rank: int) -> None:
-        file = f"rng-rank-{rank}.pt"
-        if file in manifest["files"]:
-            set_rng_state(_torch_load(os.path.join(folder, file)))
-        else:
-            LOG.warning("%s holds no random number generators of rank %d (it was saved by %s ranks): "
-                        "this rank's start afresh", folder, rank, manifest.get("world_size"))
-
-    def _resume_measurements(self, manifest: dict[str, Any]) -> None:
-        """The save cost and step time the writing attempt measured: auto needs no early save."""
-        measured = manifest.get("measured") or {}
-        for key in ("step_s", "save_s", "write_s"):
-            if isinstance(measured.get(key), (int, float)):
-                setattr(self, key, float(measured[key]))
 
     # --- saving -------------------------------------------------------------------------
     def save(self, step: int, *, async_: bool | None = None, **state: Any) -> None:
@@ -259,47 +192,36 @@ class Checkpointer:
             raise failure
         if agreed < 0:
             raise store.CheckpointError(f"rank 0 could not save step {step}; its output says why")
-        self._next_due = agreed if self.every.kind != "steps" else None
-        self.last_step = step
-        self._tick, self._ticked = None, [0.0, 0]
-        self._last_end = (time.monotonic(), step)
+        self.pace.saved(step, agreed)
 
     def _save_on_rank0(self, step: int, state: dict[str, Any], on_dcp: dict[str, Any], partial: str,
                        world: int, began: float, blocking: bool) -> int:
         """Write (or copy and hand to the writer) rank 0's part; the step the next save is due."""
-        self._join_writer()
-        self._raise_failure()  # the last background write's error, on every rank through save()
-        self._measure_step(step, began)
+        self._background.join()
+        self._background.raise_failure()  # the last background write's error, on every rank through save()
+        self.pace.measure_step(step, began)
         contents = {n: "sharded" if n in on_dcp else kind_of(o) for n, o in state.items()}
         parts = {n: state_of(o) for n, o in state.items() if n not in on_dcp}
-        job = Job(step, partial, parts, contents, world, began, blocking, step_s=self.step_s)
+        job = Job(step, partial, parts, contents, world, began, blocking, step_s=self.pace.step_s)
         if blocking:
             self._write(job)
-            self._raise_failure()
+            self._background.raise_failure()
         else:
             job.parts = {n: to_host(v, self._pinned, (n,)) for n, v in parts.items()}
             finish_copies()
-            self.save_s = job.stall_s = time.monotonic() - began
-            self._start_writer(job)
+            self.pace.save_s = job.stall_s = time.monotonic() - began
+            self._background.start(lambda: self._write(job))
         return step + self.interval.steps
-
-    def _measure_step(self, step: int, began: float) -> None:
-        """The mean step time since the last save: from due()'s calls, else from the saves' times."""
-        seconds, steps = self._ticked
-        if steps == 0 and self._last_end is not None and step > self._last_end[1]:
-            seconds, steps = began - self._last_end[0], step - self._last_end[1]
-        if steps > 0:
-            self.step_s = seconds / steps
 
     def _write(self, job: Job) -> None:
         """Write rank 0's files, digest every file, commit, prune (on the writer thread when async)."""
         try:
             self._commit(job)
         except BaseException as exc:  # noqa: BLE001 - handed to the training thread
-            self._failure = self._overtaken(exc)
-            if isinstance(self._failure, Fenced):
-                LOG.warning("%s", self._failure)
-                self._tell_add("refused", {"step": job.step, "why": str(self._failure)})
+            failure = self._background.failure = self._overtaken(exc)
+            if isinstance(failure, Fenced):
+                LOG.warning("%s", failure)
+                self._tell_add("refused", {"step": job.step, "why": str(failure)})
             else:
                 LOG.error("the checkpoint of step %d was not saved: %r", job.step, exc)
                 self._tell_add("errors", {"step": job.step, "why": repr(exc)})
@@ -318,30 +240,16 @@ class Checkpointer:
 
     def _commit(self, job: Job) -> None:
         written = write_and_commit(self._root(), self.token, self.keep, job)
-        self.save_s, self.write_s = written.save_s, written.write_s  # as the manifest has them
+        self.pace.save_s, self.pace.write_s = written.save_s, written.write_s  # as the manifest has them
         self._tell(last={"step": job.step, "name": written.name, "time": written.time}, save_s=self.save_s,
-                   write_s=self.write_s, step_s=self.step_s, interval=self._interval_doc())
+                   write_s=self.write_s, step_s=self.step_s, interval=self.pace.doc())
         LOG.info("checkpoint %s: step stall %.3f s%s", os.path.join(self._root(), written.name), written.save_s,
                  "" if written.write_s is None else f", background write {written.write_s:.3f} s")
 
-    def _start_writer(self, job: Job) -> None:
-        if not self._exit_hook:
-            atexit.register(self._finish_at_exit)
-            self._exit_hook = True
-        self._thread = threading.Thread(target=self._write, args=(job,), name="clusterkit-checkpoint")
-        self._thread.start()
-
-    def _join_writer(self) -> None:
-        """Wait for the write in flight, with the hang clock stopped: no step runs meanwhile."""
-        if self._thread is not None:
-            with _paused("waiting for the last checkpoint write"):
-                self._thread.join()
-            self._thread = None
-
     def drain(self) -> None:
         """Block until the background write (if any) is committed; raise its error."""
-        self._join_writer()
-        self._raise_failure()
+        self._background.join()
+        self._background.raise_failure()
 
     def wait(self) -> None:
         """:meth:`drain`, after the training loop: with no stop asked, it also tells a
@@ -353,16 +261,7 @@ class Checkpointer:
     @property
     def in_flight(self) -> bool:
         """Whether a background write is still running."""
-        return self._thread is not None and self._thread.is_alive()
-
-    def _finish_at_exit(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-
-    def _raise_failure(self) -> None:
-        failure, self._failure = self._failure, None
-        if failure is not None:
-            raise failure
+        return self._background.in_flight
 
     # --- the folder, the fence and the status -------------------------------------------
     def _root(self) -> str:
@@ -383,7 +282,7 @@ class Checkpointer:
         if rank == 0:
             store.remove_partials(root, keep_suffix=store.partial_suffix(self.token.chain, self.token.attempt))
             self._status = StatusFile(self.settings.control_dir, attempt=self.token.attempt,
-                                      chain=self.token.chain, directory=root, every=str(self.every),
+                                      chain=self.token.chain, directory=root, every=str(self.pace.every),
                                       mode="async" if self.async_ else "sync")
         self._prepared = True
 
@@ -401,10 +300,6 @@ class Checkpointer:
             return self.sharded or sharded.is_sharded(obj)
         return kind == "optimizer" and (self.sharded or _has_dtensor(obj))
 
-    def _interval_doc(self) -> dict[str, Any]:
-        interval = self.interval
-        return {"steps": interval.steps, "seconds": interval.seconds, "why": interval.why}
-
     def _tell(self, **fields: Any) -> None:
         if self._status is not None:
             self._status.update(**fields)
@@ -418,7 +313,3 @@ def _has_dtensor(optimizer: Any) -> bool:
     from torch.distributed.tensor import DTensor
 
     return any(isinstance(p, DTensor) for g in optimizer.param_groups for p in g["params"])
-
-
-def _torch_load(path: str) -> Any:
-    return torch.load(path, map_location="cpu", weights_only=True)

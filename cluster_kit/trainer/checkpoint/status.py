@@ -13,9 +13,11 @@ import threading
 import time
 from typing import Any
 
+from cluster_kit.trainer import contract
+
 from .store import read_small, replace_file
 
-STATUS_FILE = "checkpoint.json"
+STATUS_FILE = contract.CHECKPOINT_STATUS
 STATUS_FORMAT = "clusterkit.checkpoint-status/1"
 MAX_ENTRIES = 20  # set_aside, refused and errors keep their newest entries only
 LOG = logging.getLogger("cluster_kit.checkpoint")

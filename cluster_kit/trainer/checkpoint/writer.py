@@ -5,8 +5,10 @@ asynchronous one (then ``parts`` holds copies in host memory, never the live ten
 """
 from __future__ import annotations
 
+import atexit
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -79,3 +81,41 @@ def saver(value: Any) -> Callable[[store.DigestWriter], None]:
     def fill(writer: store.DigestWriter) -> None:
         torch.save(value, cast(IO[bytes], writer))
     return fill
+
+
+class Background:
+    """Rank 0's writes one at a time on a thread that is no daemon (the interpreter waits
+    for it at exit), and the failure it leaves for the training thread to raise."""
+
+    def __init__(self, paused: Callable[[str], Any]) -> None:
+        self._paused = paused
+        self._thread: threading.Thread | None = None
+        self.failure: BaseException | None = None
+        self._exit_hook = False
+
+    def start(self, work: Callable[[], None]) -> None:
+        if not self._exit_hook:
+            atexit.register(self._finish_at_exit)
+            self._exit_hook = True
+        self._thread = threading.Thread(target=work, name="clusterkit-checkpoint")
+        self._thread.start()
+
+    def join(self) -> None:
+        """Wait for the write in flight, with the hang clock stopped: no step runs meanwhile."""
+        if self._thread is not None:
+            with self._paused("waiting for the last checkpoint write"):
+                self._thread.join()
+            self._thread = None
+
+    @property
+    def in_flight(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def raise_failure(self) -> None:
+        failure, self.failure = self.failure, None
+        if failure is not None:
+            raise failure
+
+    def _finish_at_exit(self) -> None:
+        if self._thread is not None:
+            self._thread.join()

@@ -21,7 +21,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from cluster_kit import supervision
+from cluster_kit.trainer import supervision
 
 
 def wait_for_peer(x: torch.Tensor) -> None:

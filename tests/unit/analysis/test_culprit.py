@@ -17,12 +17,8 @@ from cluster_kit.analysis.culprit import (
     format_ranks,
 )
 from cluster_kit.analysis.flight_recorder import parse_dump
-from cluster_kit.analysis.rank_files import (
-    Heartbeat,
-    RankFiles,
-    read_dump_folder,
-    read_exceptions,
-)
+from cluster_kit.analysis.rank_files import RankFiles, read_dump_folder, read_exceptions
+from cluster_kit.trainer.contract import Heartbeat
 
 REPO = Path(__file__).resolve().parents[3]
 DATA = REPO / "tests" / "data" / "flight_recorder"

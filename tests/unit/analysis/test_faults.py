@@ -165,7 +165,7 @@ def run_rank(tmp_path: Path, code: str) -> ExceptionReport:
 
 def test_a_real_zero_division(tmp_path: Path) -> None:
     report = run_rank(tmp_path, """\
-        from cluster_kit import supervision
+        from cluster_kit.trainer import supervision
         supervision.enable_supervision()
         def scale(total, count):
             return total / count
@@ -180,7 +180,7 @@ def test_a_real_cpu_allocation_failure(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     report = run_rank(tmp_path, """\
         import torch
-        from cluster_kit import supervision
+        from cluster_kit.trainer import supervision
         supervision.enable_supervision()
         torch.empty(1 << 50, dtype=torch.uint8)
     """)

@@ -14,12 +14,8 @@ from cluster_kit.analysis.flight_recorder import (
     parse_dump,
     parse_dump_bytes,
 )
-from cluster_kit.analysis.rank_files import (
-    parse_heartbeat,
-    parse_stack,
-    rank_paths,
-    read_dump_folder,
-)
+from cluster_kit.analysis.rank_files import parse_stack, rank_paths, read_dump_folder
+from cluster_kit.trainer.contract import parse_heartbeat
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "flight_recorder"
 

@@ -15,14 +15,13 @@ from cluster_kit.analysis.rank_files import (
     ExceptionReport,
     Frame,
     parse_exception,
-    parse_header,
-    parse_heartbeat,
     parse_stack,
     read_dump_folder,
     read_exceptions,
     read_text,
     user_frame,
 )
+from cluster_kit.trainer.contract import parse_header, parse_heartbeat
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "flight_recorder"
 HANG = DATA / "hang" / "dumps" / "hang-1"

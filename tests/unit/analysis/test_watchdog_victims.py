@@ -17,10 +17,10 @@ from cluster_kit.analysis.flight_recorder import Collective, RankDump
 from cluster_kit.analysis.rank_files import (
     ExceptionReport,
     RankFiles,
-    nccl_dump_prefix,
     read_exceptions,
     read_failure_files,
 )
+from cluster_kit.trainer.contract import nccl_dump_prefix
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "flight_recorder"
 TIMEOUT = str(DATA / "timeout")

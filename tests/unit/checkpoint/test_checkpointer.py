@@ -25,8 +25,9 @@ numpy = pytest.importorskip("numpy")
 
 from checkpoint_trainer import Trainer, make_trainer
 
-from cluster_kit import checkpoint, supervision
+from cluster_kit import checkpoint
 from cluster_kit.checkpoint import Checkpointer, CheckpointError, Fenced, store
+from cluster_kit.trainer import supervision
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -250,7 +251,8 @@ def test_a_failed_background_write_is_raised_by_the_next_call(tmp_path: Path, tr
 
 RANK_SCRIPT = textwrap.dedent("""
     import os, signal, sys, torch
-    from cluster_kit import checkpoint, supervision
+    from cluster_kit import checkpoint
+    from cluster_kit.trainer import supervision
     folder, how = sys.argv[1], sys.argv[2]
     saver = checkpoint.Checkpointer(folder, async_=True)
     state = {"weights": torch.arange(16 << 20, dtype=torch.float32)}

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from cluster_kit.checkpoint.interval import (
+from cluster_kit.trainer.checkpoint.interval import (
     FIRST_SAVE_STEPS,
     Every,
     choose_interval,

@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from cluster_kit.checkpoint.interval import DEFAULT_RESTART_S, Every
-from cluster_kit.checkpoint.settings import Settings, nodes_from_env, settings_from_env
+from cluster_kit.trainer.checkpoint.interval import DEFAULT_RESTART_S, Every
+from cluster_kit.trainer.checkpoint.settings import (
+    Settings,
+    nodes_from_env,
+    settings_from_env,
+)
 
 
 def test_a_plain_script_gets_the_defaults() -> None:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster_kit.checkpoint import fence, status, store
-from cluster_kit.checkpoint.fence import Fenced, Token
+from cluster_kit.trainer.checkpoint import fence, status, store
+from cluster_kit.trainer.checkpoint.fence import Fenced, Token
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -246,7 +246,7 @@ def test_without_a_control_folder_there_is_no_status_file(tmp_path: Path) -> Non
 def test_the_stdlib_modules_load_without_torch() -> None:
     """The supervisor and the CLI read folders, fences, status files and intervals without torch."""
     code = ("import sys; sys.path.insert(0, sys.argv[1])\n"
-            "from cluster_kit.checkpoint import fence, interval, settings, status, store\n"
+            "from cluster_kit.trainer.checkpoint import fence, interval, settings, status, store\n"
             "import cluster_kit.checkpoint as c\n"
             "print(c.parse_every('30m').value, 'torch' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-I", "-c", code, str(REPO)], capture_output=True, text=True, check=True)

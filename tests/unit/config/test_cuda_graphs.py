@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from cluster_kit import compile_options
 from cluster_kit.cli import cli
 from cluster_kit.config.effective import effective
 from cluster_kit.config.load import load_job, validate_files
 from cluster_kit.config.search import SearchPath
+from cluster_kit.trainer import compile_options
 
 NESTED = "records CUDA graphs of its own, which cannot be recorded inside build_step's graph of the whole step"
 

@@ -441,10 +441,10 @@ GRAPHS_COMPILE = [
 def test_cuda_graphs_compile_reaches_build_step_as_written(
     cluster: FakeCluster, written: str, exported: str | None, options: dict[str, Any] | None
 ) -> None:
-    from cluster_kit import compile_options
     from cluster_kit.config import spec, specs
     from cluster_kit.config.effective import graphs_compile_env
     from cluster_kit.config.yamlfile import loads
+    from cluster_kit.trainer import compile_options
 
     data = loads(f"cuda_graphs: {written}").data
     assert spec.check(data, specs.JOB) == []

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster_kit.checkpoint import interval
 from cluster_kit.supervisor import decide, record
+from cluster_kit.trainer.checkpoint import interval
 
 
 def write_record(folder: Path, attempts: list[dict[str, object]], final: object = None, mode: int = 0o700) -> Path:

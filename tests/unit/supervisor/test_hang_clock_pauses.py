@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from cluster_kit.analysis.rank_files import parse_heartbeat
 from cluster_kit.supervisor import decide
+from cluster_kit.trainer.contract import parse_heartbeat
 
 
 def test_no_rank_stalls_while_one_is_paused_and_every_clock_restarts_when_it_ends() -> None:
