@@ -16,7 +16,7 @@ from cluster_kit.hostlist import NodeSet
 from cluster_kit.lifecycle.chains import Chain
 from cluster_kit.lifecycle.follow import ended_as
 from cluster_kit.slurm import builders as slurm
-from cluster_kit.supervisor.record import FAILURES, REQUEUES, count
+from cluster_kit.supervisor.record import FAILURES, REQUEUES
 
 if TYPE_CHECKING:
     from cluster_kit.slurm import jobs
@@ -139,12 +139,13 @@ def _final_advice(chain: Chain) -> list[str]:
     if final is None:
         return []
     ended, resilience = final.get("ended"), chain.resilience
-    record = {"attempts": list(chain.attempts)}
-    if ended in FAILURES and count(record, FAILURES) > int(resilience.get("max_restarts", 0)):
+    failures = sum(1 for a in chain.attempts if a.get("ended") in FAILURES)
+    requeues = sum(1 for a in chain.attempts if a.get("ended") in REQUEUES)
+    if ended in FAILURES and failures > int(resilience.get("max_restarts", 0)):
         return [(f"the chain stopped: max_restarts ({resilience.get('max_restarts')}) are used up after "
-                 f"{count(record, FAILURES)} failures: fix the culprit above, or raise resilience.max_restarts "
+                 f"{failures} failures: fix the culprit above, or raise resilience.max_restarts "
                  "in the job file, and submit it again")]
-    if ended in REQUEUES and count(record, REQUEUES) > int(resilience.get("max_time_requeues", 0)):
+    if ended in REQUEUES and requeues > int(resilience.get("max_time_requeues", 0)):
         return [(f"the chain stopped: max_time_requeues ({resilience.get('max_time_requeues')}) are used up: "
                  "raise the job's time or resilience.max_time_requeues, and submit it again (the checkpoints "
                  "in its checkpoint_dir let it resume)")]

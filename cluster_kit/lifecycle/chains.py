@@ -10,7 +10,6 @@ attempt is found from its own output: its record folder is beside it, one of the
 """
 from __future__ import annotations
 
-import json
 import posixpath
 import re
 from collections.abc import Sequence
@@ -94,20 +93,14 @@ class Chain:
 
 
 def parse_chain(text: str, folder: str) -> Chain | None:
-    """The chain in an attempts record's text; None when it is not one."""
-    try:
-        data = json.loads(text)
-    except ValueError:
+    """The chain in an attempts record's text (read by the supervisor's own reader); None
+    when it is not one."""
+    rec = attempts_record.parse(text)
+    if rec is None:
         return None
-    if (not isinstance(data, dict) or data.get("format") != attempts_record.FORMAT
-            or not isinstance(data.get("attempts"), list)):
-        return None
-    attempts = tuple(dict(a, slurm_job_id=str(a.get("slurm_job_id", ""))) for a in data["attempts"]
-                     if isinstance(a, dict))
-    final = data["final"] if isinstance(data.get("final"), dict) else None
-    resilience = data["resilience"] if isinstance(data.get("resilience"), dict) else {}
-    standby = data["standby"] if isinstance(data.get("standby"), dict) else None
-    return Chain(folder, str(data.get("job_id") or ""), attempts, final, dict(resilience), standby)
+    return Chain(folder, rec.job_id, tuple(a.to_dict() for a in rec.attempts),
+                 rec.final.to_dict() if rec.final else None, dict(rec.resilience),
+                 dict(rec.standby) if rec.standby else None)
 
 
 def read_chain(runner: Runner, folder: str) -> Chain | None:

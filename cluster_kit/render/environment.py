@@ -150,13 +150,13 @@ def build_context(
 
 
 def _supervisor(settings: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The supervisor of a job with `resilience:`: its options and its zip app as a heredoc."""
+    """The supervisor of a job with `resilience:`: its settings and its zip app as a heredoc."""
     from cluster_kit.render.resilience import supervisor_context
 
     context = supervisor_context(settings)
     if context is None:
         return None
-    return {"args": context["args"], "bundle": build_heredoc(context["source"], "CLUSTERKIT_SUPERVISOR")}
+    return {"settings": context["settings"], "bundle": build_heredoc(context["source"], "CLUSTERKIT_SUPERVISOR")}
 
 
 def render_script(

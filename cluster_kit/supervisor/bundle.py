@@ -12,8 +12,10 @@ import zipfile
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent
-MODULES = ("supervisor/__init__.py", "supervisor/private.py", "supervisor/record.py", "supervisor/decide.py",
-           "supervisor/slurmctl.py", "supervisor/launch.py", "supervisor/attempt.py", "supervisor/job.py",
+MODULES = ("supervisor/__init__.py", "supervisor/private.py", "supervisor/record.py", "supervisor/lock.py",
+           "supervisor/settings.py", "supervisor/decide.py", "supervisor/slurmctl.py", "supervisor/launch.py",
+           "supervisor/attempt.py", "supervisor/allocation.py", "supervisor/chain.py", "supervisor/ending.py",
+           "supervisor/attempts.py", "supervisor/job.py",
            "trainer/contract.py", "trainer/trust.py", "trainer/checkpoint/interval.py",
            "trainer/checkpoint/store.py", "trainer/checkpoint/status.py",
            "analysis/flight_recorder.py", "analysis/rank_files.py", "analysis/faults.py", "analysis/culprit.py",

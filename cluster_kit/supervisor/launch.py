@@ -7,13 +7,17 @@ allocation: `step_nodes` picks its nodes, `step_argv` makes srun run on exactly 
 and `step_port` gives each attempt its own MASTER_PORT (the last one's store may
 still hold its port).
 """
+from __future__ import annotations
+
+from collections.abc import Sequence
+
 from cluster_kit.hostlist import NodeSet
 
 # srun options the supervisor sets for a step; the script's own are dropped
 STEP_OPTIONS = ("--nodes=", "--ntasks=", "--nodelist=", "--exclude=")
 
 
-def step_nodes(usable, nodes, min_nodes):
+def step_nodes(usable: Sequence[str], nodes: int, min_nodes: int) -> list[str] | None:
     """The nodes of the next attempt: the first `nodes` of `usable` (the allocation's
     nodes that are neither blamed nor failed, in Slurm's order), or all of them when
     fewer are left but at least `min_nodes`; None when the allocation cannot hold it."""
@@ -24,7 +28,7 @@ def step_nodes(usable, nodes, min_nodes):
     return None
 
 
-def step_argv(launch, nodes):
+def step_argv(launch: Sequence[str], nodes: Sequence[str]) -> list[str]:
     """The launch line run as a step on exactly `nodes`: srun's --nodes, --ntasks (from
     its --ntasks-per-node) and --nodelist replace those the script gave. A launch that
     is not srun is left as it is."""
@@ -41,7 +45,7 @@ def step_argv(launch, nodes):
             f"--nodelist={NodeSet.of(nodes)}", *kept, *command]
 
 
-def step_port(base, number):
+def step_port(base: str | int, number: int) -> int:
     """MASTER_PORT of the `number`th attempt in this allocation (0: the script's own)."""
     port = int(base) + number
     return port if port <= 65535 else int(base) - number

@@ -9,6 +9,8 @@ others; a file is read only through a descriptor opened without following a link
 with the same checks on what was opened. Anything else stops the job with an
 `Untrusted` error that names the path and the fix; nothing of it is read or run.
 """
+from __future__ import annotations
+
 import hashlib
 import os
 
@@ -22,7 +24,7 @@ class Untrusted(RuntimeError):
     """A path the supervisor will not use; the message names it and the fix."""
 
 
-def check(path, st, kind):
+def check(path: str, st: os.stat_result, kind: str) -> None:
     """Raise Untrusted unless `st` (an lstat/fstat of `path`) is a `kind` ("folder" or
     "file") of this user that group and others cannot write."""
     why = problem(st, kind)
@@ -31,7 +33,7 @@ def check(path, st, kind):
                         f"else can write; {FIX}")
 
 
-def folder(path):
+def folder(path: str) -> bool:
     """Make `path` a 0700 folder (its parent must exist), or trust the one that is there;
     True when it was made now."""
     try:
@@ -43,7 +45,7 @@ def folder(path):
     return made
 
 
-def read(path, limit=64 << 20):
+def read(path: str, limit: int = 64 << 20) -> bytes | None:
     """The bytes of a trusted file; None when there is none. Untrusted otherwise."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
@@ -58,7 +60,7 @@ def read(path, limit=64 << 20):
         return f.read(limit)
 
 
-def write(path, data):
+def write(path: str, data: bytes) -> str:
     """Write `data` whole into a 0600 file in a trusted folder: a new temporary file
     (never an existing one), then a rename over `path`."""
     tmp = f"{path}.tmp{os.getpid()}"
@@ -73,5 +75,5 @@ def write(path, data):
     return path
 
 
-def digest(data):
+def digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()

@@ -3,9 +3,12 @@
 Nothing here is built from what a rank wrote: job ids come from Slurm, node names
 from the allocation, the script from the record folder after its digest matched.
 """
+from __future__ import annotations
+
 import os
 import subprocess
 import time
+from collections.abc import Iterable, Mapping, Sequence
 
 from cluster_kit.hostlist import NodeSet
 
@@ -20,7 +23,8 @@ GATE_REASON = "clusterkit:"
 DEFAULT_SLURMD_TIMEOUT_S = 300.0  # slurm.conf's default SlurmdTimeout
 
 
-def slurm(argv, env=None, stdin=None, cwd=None, timeout=SLURM_TIMEOUT_S):
+def slurm(argv: Sequence[str], env: Mapping[str, str] | None = None, stdin: bytes | None = None,
+          cwd: str | None = None, timeout: float = SLURM_TIMEOUT_S) -> str:
     """stdout of a Slurm command; raises RuntimeError with its stderr."""
     try:
         done = subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout, env=env,
@@ -33,7 +37,7 @@ def slurm(argv, env=None, stdin=None, cwd=None, timeout=SLURM_TIMEOUT_S):
     return out
 
 
-def show_job(job_id):
+def show_job(job_id: str) -> dict[str, str]:
     """`scontrol show job -o` as {key: value} (values without spaces, as Slurm prints them)."""
     fields = {}
     for token in slurm(["scontrol", "show", "job", "-o", job_id]).split():
@@ -43,13 +47,13 @@ def show_job(job_id):
     return fields
 
 
-def job_comment(job_id):
+def job_comment(job_id: str) -> str:
     """The job's comment (`squeue %k`), '' when it has none."""
     text = slurm(["squeue", "-h", "-j", job_id, "-o", "%k"]).strip()
     return "" if text in ("(null)", "") else text
 
 
-def chain_of(comment):
+def chain_of(comment: str) -> str | None:
     """The first job id of the chain a restart goes on, from its comment; None for a first job."""
     for word in comment.replace(";", " ").split():
         if word.startswith(CHAIN_COMMENT) and word[len(CHAIN_COMMENT):].isdigit():
@@ -57,22 +61,22 @@ def chain_of(comment):
     return None
 
 
-def user_comment(comment):
+def user_comment(comment: str) -> str:
     """The comment without clusterkit's chain word: what the user's job set."""
     words = [w for w in comment.split(";") if chain_of(w) is None]
     return ";".join(words).strip()
 
 
-def hostnames(nodelist):
+def hostnames(nodelist: str) -> list[str]:
     try:
         return list(NodeSet(nodelist))
     except ValueError:
         return []
 
 
-def parse_node_states(text):
+def parse_node_states(text: str) -> dict[str, tuple[str, str, str]]:
     """`sinfo -h -N -o '%N|%T|%E|%H'` lines -> {node: (state, reason, reason time or '')}."""
-    states = {}
+    states: dict[str, tuple[str, str, str]] = {}
     for line in text.splitlines():
         parts = line.strip().split("|")
         if len(parts) == 4 and parts[0]:
@@ -80,7 +84,7 @@ def parse_node_states(text):
     return states
 
 
-def node_states(nodes):
+def node_states(nodes: Sequence[str]) -> dict[str, tuple[str, str, str]]:
     """{node: (state, reason, reason time)} of `nodes` as Slurm sees them now."""
     if not nodes:
         return {}
@@ -90,7 +94,7 @@ def node_states(nodes):
 FAULT, DRAINED, SILENT, OK = "fault", "drained", "silent", "ok"
 
 
-def node_verdict(state, reason=""):
+def node_verdict(state: str, reason: str = "") -> str:
     """What a node's sinfo state (%T, `*` appended while it does not respond) and reason
     (%E) mean for a job on it: FAULT (Slurm says it is down or failed, or clusterkit's
     health gate drained it), DRAINED (someone else drains it: its jobs run on, it is
@@ -106,7 +110,7 @@ def node_verdict(state, reason=""):
     return OK
 
 
-def failed_nodes(nodes):
+def failed_nodes(nodes: Sequence[str]) -> list[str]:
     """Allocated nodes Slurm marks DOWN or FAIL, or that the health gate drained ([] when sinfo fails)."""
     try:
         states = node_states(nodes)
@@ -115,7 +119,7 @@ def failed_nodes(nodes):
     return [n for n in nodes if n in states and node_verdict(states[n][0], states[n][1]) == FAULT]
 
 
-def reason_times(nodes):
+def reason_times(nodes: Sequence[str]) -> dict[str, str]:
     """{node: when Slurm set its state's reason (sinfo %H)} ({} when sinfo fails)."""
     try:
         states = node_states(nodes)
@@ -124,7 +128,7 @@ def reason_times(nodes):
     return {n: states[n][2] for n in nodes if n in states}
 
 
-def unusable_nodes(nodes):
+def unusable_nodes(nodes: Sequence[str]) -> list[str]:
     """Nodes the next attempt should not start on: failed, drained, or not responding."""
     try:
         states = node_states(nodes)
@@ -133,7 +137,7 @@ def unusable_nodes(nodes):
     return [n for n in nodes if n in states and node_verdict(states[n][0], states[n][1]) != OK]
 
 
-def parse_slurmd_timeout(text):
+def parse_slurmd_timeout(text: str) -> float | None:
     """SlurmdTimeout in seconds from `scontrol show config` (`SlurmdTimeout = 30 sec`); None if absent."""
     for line in text.splitlines():
         key, sep, value = line.partition("=")
@@ -144,7 +148,7 @@ def parse_slurmd_timeout(text):
     return None
 
 
-def slurmd_timeout():
+def slurmd_timeout() -> float:
     """How long Slurm waits for a silent node before it calls it DOWN (SlurmdTimeout)."""
     try:
         found = parse_slurmd_timeout(slurm(["scontrol", "show", "config"]))
@@ -153,7 +157,7 @@ def slurmd_timeout():
     return found if found is not None else DEFAULT_SLURMD_TIMEOUT_S
 
 
-def partition_nodes(job):
+def partition_nodes(job: Mapping[str, str]) -> list[str]:
     """The nodes of the job's partition ([] when Slurm does not say)."""
     try:
         return slurm(["sinfo", "-h", "-N", "-p", job.get("Partition", ""), "-o", "%N"]).split()
@@ -161,10 +165,12 @@ def partition_nodes(job):
         return []
 
 
-def submit_next(script, job_id, chain_id, exclude, comment="", after="afterany"):
+def submit_next(script: bytes, job_id: str, chain_id: str, exclude: Sequence[str], after: str = "afterany") -> str:
     """sbatch the next attempt (`script`: the bytes of the verified copy, on stdin), to
-    start once this job ended (`after`: afterany, or afternotok for the standby job that
-    goes on only when this one dies unexpectedly); its job id."""
+    start once job `job_id` ended (`after`: afterany, or afternotok for the standby job
+    that goes on only when this one dies unexpectedly), with the comment the user gave
+    `job_id` and the chain's own word; its job id."""
+    comment = user_comment(job_comment(job_id))
     # append: an output path without %j is every attempt's, and sbatch would truncate it
     argv = ["sbatch", "--parsable", f"--dependency={after}:{job_id}", "--kill-on-invalid-dep=yes",
             "--open-mode=append", "--comment=" + ";".join(filter(None, [CHAIN_COMMENT + chain_id, comment]))]
@@ -173,14 +179,14 @@ def submit_next(script, job_id, chain_id, exclude, comment="", after="afterany")
     return slurm(argv, env=submit_environment(os.environ), stdin=script).strip().split(";")[0]
 
 
-def submit_environment(environ):
+def submit_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """The environment of an sbatch from inside a job: none of this job's Slurm
     variables and none of clusterkit's (a job's identity never comes from them)."""
     return {k: v for k, v in environ.items()
             if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "CLUSTERKIT_")) or k == "SLURM_CONF"}
 
 
-def requeued_since(job_id, restarts):
+def requeued_since(job_id: str, restarts: str) -> bool:
     """Whether Slurm requeued the job after the run that saw `restarts` (scontrol's
     Restarts= counts the requeues; it has gone up by the time the batch script gets
     SIGTERM, where a cancelled job's has not)."""
@@ -191,7 +197,7 @@ def requeued_since(job_id, restarts):
     return now.isdigit() and str(restarts).isdigit() and int(now) > int(restarts)
 
 
-def cancel(job_id):
+def cancel(job_id: str) -> None:
     slurm(["scancel", job_id])
 
 
@@ -223,7 +229,7 @@ while True:
 """
 
 
-def parse_steps(text):
+def parse_steps(text: str) -> list[str]:
     """`squeue -s -h -o %i|%j` lines -> the numeric step ids (`123.0` -> `0`) of the job's
     sruns, the guard's left out."""
     steps = []
@@ -235,7 +241,7 @@ def parse_steps(text):
     return steps
 
 
-def running_steps(job_id):
+def running_steps(job_id: str) -> list[str]:
     """The ids of the job's srun steps that Slurm lists now ([] when squeue fails)."""
     try:
         return parse_steps(slurm(["squeue", "-s", "-h", "-j", job_id, "-o", "%i|%j"]))
@@ -243,7 +249,8 @@ def running_steps(job_id):
         return []
 
 
-def start_guard(job_id, node, batch_host, python, patience_s):
+def start_guard(job_id: str, node: str, batch_host: str, python: str,
+                patience_s: float) -> subprocess.Popen[bytes] | None:
     """The guard step on `node` (the srun process; stop it with stop_guard). `patience_s`:
     how long the batch script's node may not respond before the guard gives it up."""
     argv = ["srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}", f"--job-name={GUARD_NAME}",
@@ -254,14 +261,15 @@ def start_guard(job_id, node, batch_host, python, patience_s):
         return None
 
 
-def stop_guard(proc, wait_s=5.0):
+def stop_guard(proc: subprocess.Popen[bytes] | None, wait_s: float = 5.0) -> None:
     """End the guard: its stdin closes and it leaves by itself (no `task 0: Killed` line
     in the job's output); terminated when it has not within `wait_s` (0 after a
     SIGTERM: the supervisor then has only Slurm's KillWait to record the attempt)."""
     if proc is None or proc.poll() is not None:
         return
     try:
-        proc.stdin.close()
+        if proc.stdin is not None:
+            proc.stdin.close()
         proc.wait(timeout=wait_s)
         return
     except (OSError, subprocess.TimeoutExpired):
@@ -273,7 +281,7 @@ def stop_guard(proc, wait_s=5.0):
         proc.kill()
 
 
-def kill_steps(job_id, steps):
+def kill_steps(job_id: str, steps: Iterable[str]) -> None:
     """SIGKILL every task of these steps of the job: a rank stuck in a collective
     ignores anything gentler, and a rank told to stop by SIGTERM would checkpoint."""
     for step in steps:
@@ -286,7 +294,7 @@ def kill_steps(job_id, steps):
 STEPS_GONE_S = 60.0
 
 
-def end_steps(job_id, steps, timeout=STEPS_GONE_S):
+def end_steps(job_id: str, steps: Iterable[str], timeout: float = STEPS_GONE_S) -> list[str]:
     """Kill these steps of the job (numbers, as the record keeps them) and every srun
     step Slurm still lists, and wait until none of them is listed: the next attempt
     never starts beside one that is still there. The steps still listed at `timeout`."""
@@ -302,7 +310,7 @@ def end_steps(job_id, steps, timeout=STEPS_GONE_S):
     return left
 
 
-def set_excluded(job_id, exclude, timeout=SLURM_TIMEOUT_S):
+def set_excluded(job_id: str, exclude: Sequence[str], timeout: float = SLURM_TIMEOUT_S) -> bool:
     """Set the ExcNodeList of a job that waits (pending, or requeued and completing: Slurm
     takes it then, not while the job runs) to `exclude`; False when Slurm refused or did
     not answer within `timeout` (a job that was resized answers "try again in a bit"
@@ -315,7 +323,7 @@ def set_excluded(job_id, exclude, timeout=SLURM_TIMEOUT_S):
         return False
 
 
-def requeue(job_id):
+def requeue(job_id: str) -> None:
     """Requeue this job (its own user may): it runs again under its id."""
     slurm(["scontrol", "requeue", job_id])
 
@@ -323,7 +331,7 @@ def requeue(job_id):
 RELEASE_TRIES = 3  # right after a node failure Slurm may answer "try again in a bit"
 
 
-def release_nodes(job_id, nodes, cwd):
+def release_nodes(job_id: str, nodes: Sequence[str], cwd: str) -> list[str]:
     """Shrink the running job by `nodes`: they go back to Slurm (and an admin can take
     them); its steps on the others go on. A node Slurm already took out of the job (it
     does so itself with a failed one) counts as released. The nodes released.

@@ -40,6 +40,15 @@ CONTRACT = ("cluster_kit.trainer", "cluster_kit.trainer.contract")
 SUPERVISION = ("cluster_kit.trainer.supervision.files", "cluster_kit.trainer.supervision.heartbeat",
                "cluster_kit.trainer.supervision.dumps", "cluster_kit.trainer.supervision.stop",
                "cluster_kit.trainer.supervision.environment", "cluster_kit.trainer.supervision.link")
+# What the supervisor's own process may reach: its room, the diagnosis and Slurm text it
+# runs from its zip app, the trainer's stdlib side, the node sets.
+SUPERVISOR_SIDE = ("cluster_kit.hostlist", "cluster_kit.analysis", "cluster_kit.analysis.culprit",
+                   "cluster_kit.analysis.rank_files", "cluster_kit.slurm", "cluster_kit.slurm.outcome",
+                   "cluster_kit.slurm.builders", "cluster_kit.slurm.node_names", "cluster_kit.supervisor",
+                   "cluster_kit.trainer.checkpoint", "cluster_kit.trainer.checkpoint.interval",
+                   "cluster_kit.trainer.checkpoint.status", *CONTRACT) + tuple(
+    f"cluster_kit.supervisor.{m}" for m in ("private", "record", "lock", "settings", "decide", "slurmctl", "launch",
+                                            "attempt", "allocation", "chain", "ending", "attempts"))
 STDLIB_ONLY = {
     "trainer": (),
     "trainer.contract": (),
@@ -58,25 +67,26 @@ STDLIB_ONLY = {
     "supervisor": (),
     "supervisor.private": ("cluster_kit.trainer", "cluster_kit.trainer.trust"),
     "supervisor.record": ("cluster_kit.supervisor", "cluster_kit.supervisor.private"),
+    "supervisor.lock": ("cluster_kit.supervisor", "cluster_kit.supervisor.private"),
+    "supervisor.settings": (),
     "trainer.checkpoint.interval": (),
     "trainer.checkpoint.store": (),
     "trainer.checkpoint.fence": ("cluster_kit.trainer.checkpoint.store",),
     "trainer.checkpoint.status": ("cluster_kit.trainer.checkpoint.store",) + CONTRACT,
     "trainer.checkpoint.settings": ("cluster_kit.trainer.checkpoint.interval",) + CONTRACT,
-    "supervisor.decide": ("cluster_kit.hostlist", "cluster_kit.supervisor.record"),
+    "trainer.checkpoint.pace": ("cluster_kit.trainer.checkpoint.interval", "cluster_kit.trainer.checkpoint.settings"),
+    "supervisor.decide": ("cluster_kit.hostlist", "cluster_kit.supervisor.record", "cluster_kit.analysis.culprit",
+                          "cluster_kit.slurm.outcome", *CONTRACT),
     "supervisor.slurmctl": ("cluster_kit.hostlist", "cluster_kit.supervisor", "cluster_kit.supervisor.decide"),
     "hostlist": (),
     "supervisor.attempt": ("cluster_kit.analysis", "cluster_kit.analysis.culprit", "cluster_kit.analysis.rank_files",
                            "cluster_kit.supervisor", "cluster_kit.supervisor.decide",
                            "cluster_kit.supervisor.slurmctl") + CONTRACT,
     "supervisor.launch": ("cluster_kit.hostlist",),
-    "supervisor.job": ("cluster_kit.trainer.checkpoint", "cluster_kit.trainer.checkpoint.interval",
-                       "cluster_kit.trainer.checkpoint.status", "cluster_kit.hostlist", *CONTRACT,
-                       "cluster_kit.supervisor.launch", "cluster_kit.analysis", "cluster_kit.analysis.culprit", "cluster_kit.analysis.rank_files",
-                       "cluster_kit.slurm", "cluster_kit.slurm.outcome", "cluster_kit.supervisor",
-                       "cluster_kit.supervisor.attempt", "cluster_kit.supervisor.decide",
-                       "cluster_kit.supervisor.private", "cluster_kit.supervisor.record",
-                       "cluster_kit.supervisor.slurmctl"),
+    "supervisor.allocation": ("cluster_kit.hostlist", "cluster_kit.supervisor", "cluster_kit.supervisor.slurmctl",
+                              "cluster_kit.supervisor.attempt"),
+    **{module: SUPERVISOR_SIDE for module in ("supervisor.chain", "supervisor.ending", "supervisor.attempts",
+                                              "supervisor.job")},
 }
 
 # The layers, lowest first (docs/architecture.md): a room imports only from rooms of

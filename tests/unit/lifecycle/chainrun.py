@@ -124,7 +124,7 @@ def save_chain(logs: Path, data: dict[str, Any]) -> dict[str, Any]:
     """Write the record as the supervisor does (0600 in a 0700 folder)."""
     folder = record.folder_for(str(logs / "train.out"), data["job_id"])
     record.make_private_dir(folder)
-    record.save(folder, data)
+    record.save(folder, record.ChainRecord.from_dict(data))
     return data
 
 

@@ -32,12 +32,13 @@ def test_the_blame_runs_from_the_bundle_on_python_38(tmp_path: Path) -> None:
     app.write_bytes(build_bundle())
     code = (
         "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "import cluster_kit.supervisor.job  # every module of the bundle loads on 3.8\n"
         "from cluster_kit.analysis import culprit, rank_files\n"
         "from cluster_kit.slurm import builders, node_names\n"
         "from cluster_kit.supervisor import decide\n"
         "nodes = builders.parse_scontrol_show_nodes(open(sys.argv[2]).read())\n"
         "crash = culprit.first_failure(rank_files.read_exceptions(sys.argv[3]), rank_files.read_failure_files(sys.argv[3]), 4)\n"
-        "ended, blamed = decide.attempt_end(1, crash=crash, now=crash.time + 2)\n"
+        "ended, blamed = decide.attempt_end(1, decide.Evidence(crash=crash, now=crash.time + 2))\n"
         "print(ended, blamed['kind'], blamed['ranks'], blamed['detected_after_s'])\n"
         "print(decide.on_slurm_names(dict(blamed, hosts=['gpu002', 'vm']), node_names.slurm_names(['gpu002', 'vm'], nodes))['hosts'])\n"
     )

@@ -10,6 +10,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from supervised import end_of
+from supervised import step as next_step
+
 from cluster_kit.analysis.culprit import WAITED_FOR, Crash, first_failure
 from cluster_kit.analysis.rank_files import (
     ExceptionReport,
@@ -18,6 +21,7 @@ from cluster_kit.analysis.rank_files import (
 )
 from cluster_kit.slurm.outcome import parse_job_output
 from cluster_kit.supervisor import decide, record
+from cluster_kit.supervisor.record import AttemptRecord
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "flight_recorder"
 RESILIENCE = {"max_restarts": 3, "hang_timeout": 20.0, "exclude": "blamed", "grace": 20,
@@ -33,7 +37,7 @@ def crash_of(folder: str, world_size: int = 4) -> Crash:
 
 def test_a_python_exception_is_a_program_error_with_its_signature_and_detection_time() -> None:
     crash = crash_of("crash")
-    ended, blamed = decide.attempt_end(1, crash=crash, now=crash.time + 4)  # type: ignore[operator]
+    ended, blamed = end_of(1, crash=crash, now=crash.time + 4)  # type: ignore[operator]
     assert ended == "crash"
     assert blamed == {
         "ranks": [2], "hosts": ["vm"], "kind": "program", "why": PYTHON_EXCEPTION,
@@ -45,14 +49,14 @@ def test_a_python_exception_is_a_program_error_with_its_signature_and_detection_
 
 def test_detection_time_is_never_negative_and_absent_without_a_time() -> None:
     crash = crash_of("crash")
-    assert decide.attempt_end(1, crash=crash, now=crash.time - 30)[1]["detected_after_s"] == 0.0  # type: ignore[operator,index]
-    assert "detected_after_s" not in decide.attempt_end(1, crash=crash)[1]  # type: ignore[operator]
-    assert "detected_after_s" not in decide.attempt_end(1, crash=dataclasses.replace(crash, time=None), now=5.0)[1]  # type: ignore[operator]
+    assert end_of(1, crash=crash, now=crash.time - 30)[1]["detected_after_s"] == 0.0  # type: ignore[operator,index]
+    assert "detected_after_s" not in end_of(1, crash=crash)[1]  # type: ignore[operator]
+    assert "detected_after_s" not in end_of(1, crash=dataclasses.replace(crash, time=None), now=5.0)[1]  # type: ignore[operator]
 
 
 def test_the_rank_the_others_waited_for_is_a_node_fault_on_its_own_node() -> None:
     crash = crash_of("timeout")
-    ended, blamed = decide.attempt_end(1, crash=crash, now=crash.time + 1.26)  # type: ignore[operator]
+    ended, blamed = end_of(1, crash=crash, now=crash.time + 1.26)  # type: ignore[operator]
     assert (ended, blamed["ranks"], blamed["hosts"], blamed["kind"], blamed["why"]) == (
         "crash", [3], ["vm"], "node", WAITED_FOR)
     assert "signature" not in blamed and blamed["detected_after_s"] == 1.3
@@ -61,11 +65,11 @@ def test_the_rank_the_others_waited_for_is_a_node_fault_on_its_own_node() -> Non
 def test_a_blamed_rank_that_named_no_node_gets_its_placement_never_a_victims_node() -> None:
     silent = dataclasses.replace(crash_of("timeout"), host="", hosts=())
     srun = parse_job_output("srun: error: n1: task 0: Exited with exit code 1\n").first_failure
-    assert decide.attempt_end(1, crash=silent, first_task=srun)[1]["hosts"] == []  # type: ignore[index]
-    placed = decide.attempt_end(1, crash=silent, first_task=srun, node_of_rank={3: "n2"}.get)[1]
+    assert end_of(1, crash=silent, first_task=srun)[1]["hosts"] == []  # type: ignore[index]
+    placed = end_of(1, crash=silent, first_task=srun, node_of_rank={3: "n2"}.get)[1]
     assert placed is not None and placed["hosts"] == ["n2"]
     own = parse_job_output("srun: error: n2: task 3: Exited with exit code 1\n").first_failure
-    assert decide.attempt_end(1, crash=silent, first_task=own)[1]["hosts"] == ["n2"]  # type: ignore[index]
+    assert end_of(1, crash=silent, first_task=own)[1]["hosts"] == ["n2"]  # type: ignore[index]
 
 
 def test_srun_alone_a_signal_is_the_nodes_and_an_exit_code_the_programs() -> None:
@@ -74,14 +78,14 @@ def test_srun_alone_a_signal_is_the_nodes_and_an_exit_code_the_programs() -> Non
         ("srun: error: n2: task 3: Exited with exit code 2", "program",
          "exited with exit code 2 without a Python traceback: the script's own exit"),
     ]:
-        ended, blamed = decide.attempt_end(139, first_task=parse_job_output(line + "\n").first_failure)
+        ended, blamed = end_of(139, first_task=parse_job_output(line + "\n").first_failure)
         assert (ended, blamed["hosts"], blamed["kind"], blamed["why"]) == ("crash", ["n2"], kind, why)  # type: ignore[index]
 
 
 def test_hangs_and_failed_nodes_are_node_faults() -> None:
     hang = {"ranks": [3], "hosts": ["n2"], "evidence": "rank 3 is not in all_reduce #9"}  # as job.py builds it
-    assert decide.attempt_end(1, hang=hang)[1] == dict(hang, kind="node")
-    assert decide.attempt_end(137, failed_nodes=["n3"])[1]["kind"] == "node"  # type: ignore[index]
+    assert end_of(1, hang=hang)[1] == dict(hang, kind="node")
+    assert end_of(137, failed_nodes=["n3"])[1]["kind"] == "node"  # type: ignore[index]
 
 
 # --- the chain ---------------------------------------------------------------------------------
@@ -97,14 +101,14 @@ class Chain:
         self.record = record.new_record("7", resilience)
 
     def attempt(self, nodes: list[str], crash: Crash) -> dict[str, Any]:
-        attempt = {"attempt": len(self.record["attempts"]), "nodes": ",".join(nodes), "ended": "running"}
-        self.record["attempts"].append(attempt)
-        ended, blamed = decide.attempt_end(1, crash=crash)
-        attempt.update(ended=ended, culprit=decide.recorded_culprit(blamed))
-        step = decide.next_step(self.record, ended, decide.excludable(blamed, nodes), self.record["resilience"], 1)
+        attempt = AttemptRecord(len(self.record.attempts), "7", ",".join(nodes))
+        self.record.attempts.append(attempt)
+        ended, blamed = end_of(1, crash=crash)
+        attempt.ended, attempt.culprit = ended, decide.recorded_culprit(blamed or {})
+        step = next_step(self.record, ended, decide.excludable(blamed, nodes), self.record.resilience, 1)
         if step["action"] == "restart":
-            attempt["excluded"] = [n for n in step["exclude"] if n not in record.excluded_nodes(self.record)]
-            self.record["exclude"] = step["exclude"]
+            attempt.excluded = [n for n in step["exclude"] if n not in self.record.excluded_nodes()]
+            self.record.exclude = step["exclude"]
         return step
 
 
@@ -174,7 +178,7 @@ def test_exclude_never_says_nothing_of_exclude_on() -> None:
 
 def test_an_earlier_record_without_kinds_counts_as_node_faults() -> None:
     rec = record.new_record("7", RESILIENCE)
-    rec["attempts"] = [{"attempt": 0, "ended": "crash", "culprit": {"ranks": [1], "hosts": ["n1"], "evidence": "x"}}]
-    assert decide.excludes(rec["attempts"][0]["culprit"], RESILIENCE)
-    assert decide.same_program_error(rec, rec["attempts"][0]["culprit"]) is None
+    rec.attempts = [AttemptRecord.from_dict({"attempt": 0, "ended": "crash", "culprit": {"ranks": [1], "hosts": ["n1"], "evidence": "x"}})]
+    assert decide.excludes(rec.attempts[0].culprit, RESILIENCE)
+    assert decide.same_program_error(rec, rec.attempts[0].culprit) is None
     assert decide.same_program_error(record.new_record("7", RESILIENCE), {"kind": "program", "signature": "s"}) is None

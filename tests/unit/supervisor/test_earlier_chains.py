@@ -21,14 +21,18 @@ def write_record(folder: Path, attempts: list[dict[str, object]], final: object 
     return folder
 
 
+def chain_of(attempts: list[dict[str, object]]) -> record.ChainRecord:
+    return record.ChainRecord.from_dict({"format": record.FORMAT, "job_id": "9", "attempts": attempts})
+
+
 HOUR_ON_4_NODES = [{"ended": "node_failure", "nodes": "n[1-4]", "started_at": 1000.0, "ended_at": 4600.0},
                    {"ended": "completed", "nodes": "n[1-4]", "started_at": 4610.0, "ended_at": 8210.0}]
 
 
 def test_earlier_chains_count_in_node_seconds_at_this_size() -> None:
-    run_s, failures = decide.earlier_history([{"attempts": HOUR_ON_4_NODES}], nodes=2)
+    run_s, failures = decide.earlier_history([chain_of(HOUR_ON_4_NODES)], nodes=2)
     assert (run_s, failures) == (2 * 7200.0, 1)  # 2 h on 4 nodes: 4 h of a 2-node job
-    assert decide.earlier_history([{"attempts": [{"ended": "crash", "nodes": "bad[", "started_at": 1.0}]}], 2) == (0, 0)
+    assert decide.earlier_history([chain_of([{"ended": "crash", "nodes": "bad[", "started_at": 1.0}])], 2) == (0, 0)
 
 
 def test_only_the_users_own_ended_records_beside_the_chain_are_read(tmp_path: Path) -> None:
@@ -42,7 +46,7 @@ def test_only_the_users_own_ended_records_beside_the_chain_are_read(tmp_path: Pa
     corrupt.write_text("{not json")
     os.symlink(tmp_path / "clusterkit-100", tmp_path / "clusterkit-104")
     found = record.earlier(str(own))
-    assert [r["job_id"] for r in found] == ["100"]
+    assert [r.job_id for r in found] == ["100"]
     assert corrupt.read_text() == "{not json"  # another chain's record is never moved or changed
     assert record.earlier(str(tmp_path / "nowhere" / "clusterkit-1")) == []
 

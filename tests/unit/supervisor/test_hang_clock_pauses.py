@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+from supervised import observe
 
 from cluster_kit.supervisor import decide
 from cluster_kit.trainer.contract import parse_heartbeat
@@ -10,10 +11,10 @@ from cluster_kit.trainer.contract import parse_heartbeat
 def test_no_rank_stalls_while_one_is_paused_and_every_clock_restarts_when_it_ends() -> None:
     clock = decide.HangClock(world_size=4, hang_timeout=20, started=1000.0)
     for rank in range(4):
-        clock.observe(rank, 5, 1010.0)
-    clock.observe(0, 5, 1010.0, paused_since=1011.0)  # rank 0 saves; ranks 1-3 wait in its barrier
+        observe(clock, rank, 5, 1010.0)
+    observe(clock, 0, 5, 1010.0, paused_since=1011.0)  # rank 0 saves; ranks 1-3 wait in its barrier
     assert clock.stalled(1100.0) == []
-    clock.observe(0, 5, 1010.0, resumed_at=1120.0)
+    observe(clock, 0, 5, 1010.0, resumed_at=1120.0)
     assert clock.stalled(1139.0) == []  # 19 s after the pause ended
     assert clock.stalled(1141.0) == [0, 1, 2, 3]
     assert clock.stalled_since([2]) == 1120.0
@@ -21,17 +22,17 @@ def test_no_rank_stalls_while_one_is_paused_and_every_clock_restarts_when_it_end
 
 def test_a_pause_that_ended_long_ago_does_not_hide_a_later_hang() -> None:
     clock = decide.HangClock(world_size=2, hang_timeout=20, started=0.0)
-    clock.observe(0, 3, 10.0, resumed_at=5.0)
-    clock.observe(1, 3, 10.0)
-    clock.observe(0, 4, 12.0, resumed_at=5.0)
+    observe(clock, 0, 3, 10.0, resumed_at=5.0)
+    observe(clock, 1, 3, 10.0)
+    observe(clock, 0, 4, 12.0, resumed_at=5.0)
     assert clock.stalled(31.0) == [1] and clock.stalled_since([1]) == 10.0
 
 
 def test_a_pause_before_the_first_step_is_not_a_first_step() -> None:
     clock = decide.HangClock(world_size=1, hang_timeout=20, started=0.0, startup_timeout=50)
-    clock.observe(0, 0, 1.0, paused_since=1.0)  # loading a checkpoint
+    observe(clock, 0, 0, 1.0, paused_since=1.0)  # loading a checkpoint
     assert clock.first_beat is None and clock.stalled(500.0) == []
-    clock.observe(0, 0, 1.0, resumed_at=400.0)
+    observe(clock, 0, 0, 1.0, resumed_at=400.0)
     assert clock.stalled(449.0) == [] and clock.stalled(451.0) == [0]  # startup_timeout, from the pause's end
 
 
@@ -91,8 +92,8 @@ def test_preemption_that_does_not_requeue() -> None:
 
 def test_a_pause_past_its_max_s_stops_the_clock_no_longer_and_says_why() -> None:
     clock = decide.HangClock(world_size=2, hang_timeout=20, started=1000.0)
-    clock.observe(1, 5, 1010.0)
-    clock.observe(0, 5, 1010.0, paused_since=1011.0, pause_max_s=60.0, pause_reason="checkpoint save")
+    observe(clock, 1, 5, 1010.0)
+    observe(clock, 0, 5, 1010.0, paused_since=1011.0, pause_max_s=60.0, pause_reason="checkpoint save")
     assert clock.stalled(1070.0) == [] and clock.overdue(1070.0) == {}
     assert clock.stalled(1072.0) == [0, 1]  # a save stuck on a hung file system: a hang after all
     assert clock.overdue(1072.0) == {0: ("checkpoint save", 61.0, 60.0)}
@@ -102,5 +103,5 @@ def test_a_pause_line_of_an_older_trainer_has_no_ceiling() -> None:
     beat = parse_heartbeat("7 100.500 n1 42 paused:101.250\n")
     assert (beat.paused_since, beat.pause_max_s, beat.pause_reason) == (101.25, None, "")
     clock = decide.HangClock(world_size=1, hang_timeout=20, started=0.0)
-    clock.observe(0, 7, 100.5, beat.paused_since, pause_max_s=beat.pause_max_s)
+    observe(clock, 0, 7, 100.5, paused_since=beat.paused_since, pause_max_s=beat.pause_max_s)
     assert clock.stalled(1e9) == []

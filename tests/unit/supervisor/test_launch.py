@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster_kit.supervisor import decide, launch
+from cluster_kit.supervisor import decide, launch, record
 
 SRUN = ["srun", "--ntasks-per-node=2", '--ntasks=6', "--kill-on-bad-exit=1", "bash", "-c",
         'export RANK="$SLURM_PROCID"; exec "$@"', "clusterkit-task", "/venv/bin/python", "train.py", "--ntasks=9"]
@@ -46,7 +46,7 @@ def test_the_chains_history_for_the_checkpoint_interval() -> None:
         {"ended": "time_limit", "started_at": 1035.0, "ended_at": 1635.0},
         {"ended": "running", "started_at": 1700.0},
     ]
-    run_s, failures, restart_s = decide.chain_history(attempts)
+    run_s, failures, restart_s = decide.chain_history([record.AttemptRecord.from_dict(a) for a in attempts])
     assert (run_s, failures) == (1500.0, 2)
     assert restart_s == pytest.approx(((405 - 400 + 20) + (1035 - 1005 + 1)) / 2)
     assert decide.chain_history([]) == (0.0, 0, None)

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from supervised import end_of
+from supervised import step as next_step
 
 from cluster_kit.analysis.culprit import find_culprit, first_failure
 from cluster_kit.analysis.rank_files import (
@@ -16,7 +18,8 @@ from cluster_kit.analysis.rank_files import (
     read_failure_files,
 )
 from cluster_kit.slurm.outcome import parse_job_output
-from cluster_kit.supervisor import decide, record, slurmctl
+from cluster_kit.supervisor import decide, lock, record, slurmctl
+from cluster_kit.supervisor.record import AttemptRecord
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 RESILIENCE = {"max_restarts": 3, "hang_timeout": 20.0, "exclude": "blamed", "grace": 20, "max_time_requeues": 2}
@@ -43,11 +46,11 @@ def test_a_job_whose_steps_were_signalled_for_preemption_still_runs_with_its_pre
 
 def test_a_preemption_slurm_did_not_requeue_goes_on_as_a_new_job_without_blame() -> None:
     rec = record.new_record("7", RESILIENCE)
-    rec["attempts"].append({"attempt": 0, "ended": "preempted"})
-    step = decide.next_step(rec, "preempted", None, RESILIENCE, 0, requeued=False)
+    rec.attempts.append(AttemptRecord.from_dict({"attempt": 0, "ended": "preempted"}))
+    step = next_step(rec, "preempted", None, RESILIENCE, 0, requeued=False)
     assert step == {"action": "restart", "exclude": [], "exit_code": 0,
                     "why": "preemption: requeued without blame (1 of max_time_requeues 2)"}
-    assert decide.next_step(rec, "preempted", None, RESILIENCE, 0)["action"] == "requeued"
+    assert next_step(rec, "preempted", None, RESILIENCE, 0)["action"] == "requeued"
 
 
 # --- a hang or an OOM kill that is the script's -----------------------------------------------
@@ -70,16 +73,16 @@ def test_a_hangs_signature_is_the_culprits_place_and_the_collective_without_its_
 def test_the_same_hang_in_a_second_attempt_is_the_scripts_and_ends_the_chain_excluding_nothing_more() -> None:
     first = hang_culprit("hang")
     rec = record.new_record("7", RESILIENCE)
-    rec["attempts"].append({"attempt": 0, "ended": "hang", "culprit": decide.recorded_culprit(first)})
+    rec.attempts.append(AttemptRecord.from_dict({"attempt": 0, "ended": "hang", "culprit": decide.recorded_culprit(first)}))
     assert decide.as_the_scripts(rec, first) is first  # once: a node's fault, as before
-    step = decide.next_step(rec, "hang", first, RESILIENCE, 137)
+    step = next_step(rec, "hang", first, RESILIENCE, 137)
     assert step["action"] == "restart" and step["exclude"] == ["n2"]
-    rec["exclude"] = ["n2"]
+    rec.exclude = ["n2"]
     again = dict(first, hosts=["n3"])
-    rec["attempts"].append({"attempt": 1, "ended": "hang"})
+    rec.attempts.append(AttemptRecord.from_dict({"attempt": 1, "ended": "hang"}))
     scripts = decide.as_the_scripts(rec, again)
     assert scripts["kind"] == "program" and "attempt 0 hung the same way" in scripts["why"]
-    step = decide.next_step(rec, "hang", scripts, RESILIENCE, 137)
+    step = next_step(rec, "hang", scripts, RESILIENCE, 137)
     assert step["action"] == "finish" and step["exit_code"] == 1
     assert step["why"] == ("the script hangs the same way on different nodes: rank 3 is not in all_reduce #11 "
                            "that ranks 0-2 wait in at supervised_job.py:43 in load_batch (attempt 0 on n2, "
@@ -98,27 +101,27 @@ def test_a_task_the_oom_killer_ended_is_a_program_error_with_the_jobs_memory() -
     assert crash is not None and crash.kind == "node"  # the ranks alone blame the one that went silent
     verdict = parse_job_output((DATA / "slurm" / "output_oom_kill.out").read_text())
     assert verdict.oom_kills == 1
-    ended, blamed = decide.attempt_end(1, crash=crash, first_task=verdict.first_failure, memory="1500M per node")
+    ended, blamed = end_of(1, crash=crash, first_task=verdict.first_failure, memory="1500M per node")
     assert ended == "crash" and blamed is not None
     assert (blamed["kind"], blamed["ranks"], blamed["hosts"]) == ("program", [3], ["n2"])
     assert blamed["evidence"] == "rank 3 on n2 died: Out Of Memory (the job's memory: 1500M per node)"
-    assert decide.next_step(_one(ended, blamed), ended, blamed, RESILIENCE, 1)["exclude"] == []
-    assert decide.next_step(_one(ended, blamed), ended, blamed, dict(RESILIENCE, exclude_on="any_failure"),
+    assert next_step(_one(ended, blamed), ended, blamed, RESILIENCE, 1)["exclude"] == []
+    assert next_step(_one(ended, blamed), ended, blamed, dict(RESILIENCE, exclude_on="any_failure"),
                             1)["exclude"] == ["n2"]
 
 
 def _one(ended: str, culprit: dict[str, Any]) -> dict[str, Any]:
     rec = record.new_record("7", RESILIENCE)
-    rec["attempts"].append({"attempt": 0, "ended": ended, "culprit": culprit})
+    rec.attempts.append(AttemptRecord.from_dict({"attempt": 0, "ended": ended, "culprit": culprit}))
     return rec
 
 
 def test_an_exit_nobody_explained_is_the_scripts_and_twice_ends_the_chain() -> None:
-    ended, blamed = decide.attempt_end(3)
+    ended, blamed = end_of(3)
     assert ended == "crash" and blamed is not None and blamed["kind"] == "program" and blamed["hosts"] == []
     rec = _one(ended, blamed)
-    rec["attempts"].append({"attempt": 1, "ended": ended})
-    step = decide.next_step(rec, ended, blamed, RESILIENCE, 3)
+    rec.attempts.append(AttemptRecord.from_dict({"attempt": 1, "ended": ended}))
+    step = next_step(rec, ended, blamed, RESILIENCE, 3)
     assert step["action"] == "finish"
     assert step["why"].startswith("the script fails the same way twice: the launch exited with 3")
 
@@ -150,24 +153,24 @@ def test_slurmd_timeout_is_read_from_scontrol_show_config() -> None:
 def test_one_supervisor_per_chain_a_fresh_lock_of_another_job_is_waited_for(tmp_path: Path) -> None:
     folder = str(tmp_path / "clusterkit-7")
     record.make_private_dir(folder)
-    record.take_lock(folder, "7")
-    with pytest.raises(record.Held, match="the supervisor of job 7 runs this chain"):
-        record.take_lock(folder, "9", wait_s=0.0)
-    record.take_lock(folder, "7", wait_s=0.0)  # a requeue of the holder's own job
-    record.release_lock(folder, "9")  # not its lock: kept
-    with pytest.raises(record.Held):
-        record.take_lock(folder, "9", wait_s=0.0)
-    record.release_lock(folder, "7")
-    record.take_lock(folder, "9", wait_s=0.0)
+    lock.take_lock(folder, "7")
+    with pytest.raises(lock.Held, match="the supervisor of job 7 runs this chain"):
+        lock.take_lock(folder, "9", wait_s=0.0)
+    lock.take_lock(folder, "7", wait_s=0.0)  # a requeue of the holder's own job
+    lock.release_lock(folder, "9")  # not its lock: kept
+    with pytest.raises(lock.Held):
+        lock.take_lock(folder, "9", wait_s=0.0)
+    lock.release_lock(folder, "7")
+    lock.take_lock(folder, "9", wait_s=0.0)
 
 
 def test_a_lock_its_supervisor_stopped_refreshing_is_taken_over(tmp_path: Path) -> None:
     folder = str(tmp_path / "clusterkit-7")
     record.make_private_dir(folder)
-    record.take_lock(folder, "7")
-    later = time.time() + record.LOCK_STALE_S + 1
-    record.take_lock(folder, "9", wait_s=0.0, now=lambda: later)
-    assert (Path(folder) / record.LOCK_NAME).read_text() == "9\n"
+    lock.take_lock(folder, "7")
+    later = time.time() + lock.LOCK_STALE_S + 1
+    lock.take_lock(folder, "9", wait_s=0.0, now=lambda: later)
+    assert (Path(folder) / lock.LOCK_NAME).read_text() == "9\n"
 
 
 # --- how an attempt whose ranks were told to stop ended --------------------------------------------
@@ -191,10 +194,10 @@ def test_an_attempt_stopped_without_finishing_is_requeued_never_completed(
         scontrol: str, told: tuple[bool, str]) -> None:
     from types import SimpleNamespace
 
-    from cluster_kit.supervisor import job
+    from cluster_kit.supervisor import ending
 
     for kind, text in notes:
         note(tmp_path, kind, 0, text)
     monkeypatch.setattr(slurmctl, "show_job", lambda job_id: fields(scontrol))
     watched = SimpleNamespace(control=str(tmp_path), grace=grace, job_id="22")
-    assert job.stop_of(watched) == told
+    assert ending.stop_of(watched) == told  # type: ignore[arg-type]

@@ -5,7 +5,6 @@ The other user is real: these tests run as root and hand folders and files to
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pwd
@@ -14,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from cluster_kit.supervisor import job, private, record, slurmctl
+from cluster_kit.supervisor import private, record, slurmctl
+from cluster_kit.supervisor.chain import SCRIPT_NAME, Chain, Refused, SlurmJob
+from cluster_kit.supervisor.record import AttemptRecord, ChainRecord
+from cluster_kit.supervisor.settings import Resilience, Settings
 
 
 def other_uid() -> int:
@@ -30,10 +32,16 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.lstat().st_mode)
 
 
-ARGS = argparse.Namespace(max_restarts=3, hang_timeout=300.0, startup_timeout=0.0, exclude="blamed",
-                          exclude_on="node_faults", grace=120,
-                          max_time_requeues=5, checkpoint_dir="", spare_nodes=0, min_nodes=0, checkpoint_every="",
-                          keep_checkpoints=0, mtbf_hours=0.0)
+SETTINGS = Settings(2, 2, Resilience(max_restarts=3, hang_timeout=300.0, startup_timeout=None, exclude="blamed",
+                                     exclude_on="node_faults", grace=120, max_time_requeues=5, checkpoint_dir=None,
+                                     spare_nodes=0, min_nodes=None, checkpoint_every=None, keep_checkpoints=3,
+                                     mtbf_hours=None))
+
+
+def open_chain(job_id: str, fields: dict[str, str], comment: str) -> tuple[str, str, ChainRecord]:
+    """(chain id, record folder, record) of a job, as the supervisor opens its chain."""
+    chain = Chain.open(SlurmJob(job_id, fields), comment, SETTINGS)
+    return chain.chain_id, chain.folder, chain.rec
 
 
 # ------------------------------------------------------------------------------ folders
@@ -153,27 +161,26 @@ def test_a_corrupt_record_is_kept_aside_and_never_started_anew(tmp_path: Path, t
 def make_chain(folder: Path, attempts: list[dict[str, object]], job_id: str = "7") -> None:
     record.make_private_dir(str(folder))
     rec = record.new_record(job_id, {})
-    rec["attempts"] = attempts
+    rec.attempts = [AttemptRecord.from_dict(a) for a in attempts]
     record.save(str(folder), rec)
 
 
 def test_a_first_job_starts_its_own_record_beside_its_output(tmp_path: Path) -> None:
-    chain_id, folder, rec = job.open_chain("7", {"StdOut": f"{tmp_path}/run-7.out"}, "", ARGS)
-    assert (chain_id, folder, rec["job_id"], rec["attempts"]) == ("7", f"{tmp_path}/clusterkit-7", "7", [])
+    chain_id, folder, rec = open_chain("7", {"StdOut": f"{tmp_path}/run-7.out"}, "")
+    assert (chain_id, folder, rec.job_id, rec.attempts) == ("7", f"{tmp_path}/clusterkit-7", "7", [])
     assert mode(tmp_path / "clusterkit-7") == 0o700
 
 
 def test_a_restart_finds_its_chain_through_its_slurm_comment(tmp_path: Path) -> None:
     make_chain(tmp_path / "clusterkit-7", [{"attempt": 0, "slurm_job_id": "7", "next_job_id": "9"}])
-    chain_id, folder, rec = job.open_chain("9", {"StdOut": f"{tmp_path}/run-9.out"}, "clusterkit-chain=7;mine",
-                                           ARGS)
-    assert (chain_id, folder, len(rec["attempts"])) == ("7", f"{tmp_path}/clusterkit-7", 1)
+    chain_id, folder, rec = open_chain("9", {"StdOut": f"{tmp_path}/run-9.out"}, "clusterkit-chain=7;mine")
+    assert (chain_id, folder, len(rec.attempts)) == ("7", f"{tmp_path}/clusterkit-7", 1)
 
 
 def test_a_job_the_chain_did_not_submit_is_refused(tmp_path: Path) -> None:
     make_chain(tmp_path / "clusterkit-7", [{"attempt": 0, "slurm_job_id": "7", "next_job_id": "9"}])
-    with pytest.raises(job.Refused) as caught:
-        job.open_chain("12", {"StdOut": f"{tmp_path}/run-12.out"}, "clusterkit-chain=7", ARGS)
+    with pytest.raises(Refused) as caught:
+        open_chain("12", {"StdOut": f"{tmp_path}/run-12.out"}, "clusterkit-chain=7")
     assert str(caught.value) == (
         f"job 12 was submitted as an attempt of the chain of job 7, but that chain's record "
         f"({tmp_path}/clusterkit-7/attempts.json) does not name it as its next attempt; nothing was run")
@@ -183,8 +190,8 @@ def test_environment_variables_do_not_make_a_job_join_a_chain(tmp_path: Path, mo
     make_chain(tmp_path / "clusterkit-7", [{"attempt": 0, "slurm_job_id": "7", "ended": "running"}])
     monkeypatch.setenv("CLUSTERKIT_CHAIN_ID", "7")
     monkeypatch.setenv("CLUSTERKIT_RECORD_DIR", str(tmp_path / "clusterkit-7"))
-    chain_id, folder, rec = job.open_chain("12", {"StdOut": f"{tmp_path}/run-12.out"}, "", ARGS)
-    assert (chain_id, folder, rec["attempts"]) == ("12", f"{tmp_path}/clusterkit-12", [])
+    chain_id, folder, rec = open_chain("12", {"StdOut": f"{tmp_path}/run-12.out"}, "")
+    assert (chain_id, folder, rec.attempts) == ("12", f"{tmp_path}/clusterkit-12", [])
 
 
 def test_a_planted_chain_folder_stops_the_job_before_anything_runs(tmp_path: Path) -> None:
@@ -192,9 +199,9 @@ def test_a_planted_chain_folder_stops_the_job_before_anything_runs(tmp_path: Pat
     planted = tmp_path / "clusterkit-7"
     planted.mkdir(mode=0o777)
     os.chmod(planted, 0o777)
-    (planted / job.SCRIPT_NAME).write_text("#!/bin/bash\nid > /tmp/owned\n")
+    (planted / SCRIPT_NAME).write_text("#!/bin/bash\nid > /tmp/owned\n")
     with pytest.raises(private.Untrusted, match="clusterkit-7 is writable by group and others"):
-        job.open_chain("7", {"StdOut": f"{tmp_path}/run-7.out"}, "", ARGS)
+        open_chain("7", {"StdOut": f"{tmp_path}/run-7.out"}, "")
 
 
 def test_only_the_script_attempt_0_kept_is_submitted_again(tmp_path: Path) -> None:
@@ -202,13 +209,13 @@ def test_only_the_script_attempt_0_kept_is_submitted_again(tmp_path: Path) -> No
     record.make_private_dir(str(folder))
     source = tmp_path / "slurm_script"
     source.write_text("#!/bin/bash\ntrain\n")
-    rec = record.new_record("7", {})
-    job.keep_script(str(folder), rec, str(source))
-    assert job.kept_script(str(folder), rec) == b"#!/bin/bash\ntrain\n"
-    assert rec["script_digest"] == private.digest(b"#!/bin/bash\ntrain\n")
-    (folder / job.SCRIPT_NAME).write_text("#!/bin/bash\nsomething else\n")
-    with pytest.raises(job.Refused, match="is not the script attempt 0 kept"):
-        job.kept_script(str(folder), rec)
+    chain = Chain(SlurmJob("7", {}), "7", str(folder), record.new_record("7", {}))
+    chain.keep_script(str(source))
+    assert chain.kept_script() == b"#!/bin/bash\ntrain\n"
+    assert chain.rec.script_digest == private.digest(b"#!/bin/bash\ntrain\n")
+    (folder / SCRIPT_NAME).write_text("#!/bin/bash\nsomething else\n")
+    with pytest.raises(Refused, match="is not the script attempt 0 kept"):
+        chain.kept_script()
 
 
 @pytest.mark.parametrize(("comment", "chain", "user"), [
@@ -228,6 +235,7 @@ def test_a_submit_from_inside_a_job_carries_none_of_its_variables() -> None:
 
 def test_json_of_the_record_is_sorted_and_whole(tmp_path: Path) -> None:
     record.make_private_dir(str(tmp_path / "c"))
-    record.save(str(tmp_path / "c"), {"format": record.FORMAT, "attempts": [], "b": 1, "a": 2})
+    record.save(str(tmp_path / "c"), ChainRecord.from_dict({"format": record.FORMAT, "attempts": [], "b": 1, "a": 2}))
     text = (tmp_path / "c" / record.RECORD_NAME).read_text()
-    assert text.endswith("}\n") and list(json.loads(text)) == ["a", "attempts", "b", "format"]
+    assert text.endswith("}\n") and list(json.loads(text)) == ["a", "attempts", "b", "final", "format", "job_id",
+                                                                "resilience", "start_exclude"]

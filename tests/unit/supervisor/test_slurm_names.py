@@ -9,10 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from supervised import step as next_step
 
 from cluster_kit.slurm import builders
 from cluster_kit.slurm.node_names import slurm_names
 from cluster_kit.supervisor import decide, record
+from cluster_kit.supervisor.record import AttemptRecord
 
 NODES = builders.parse_scontrol_show_nodes(
     (Path(__file__).resolve().parents[2] / "data" / "slurm" / "scontrol_show_node_fqdn.stdout").read_text())
@@ -29,8 +31,8 @@ def test_a_hung_ranks_host_name_is_excluded_as_its_slurm_name() -> None:
     blamed = named(hang)
     assert blamed == dict(hang, hosts=["n2"])
     rec = record.new_record("7", RESILIENCE)
-    rec["attempts"].append({"attempt": 0, "ended": "hang", "culprit": decide.recorded_culprit(blamed)})
-    step = decide.next_step(rec, "hang", decide.excludable(blamed, ["n1", "n2"]), RESILIENCE, 1)
+    rec.attempts.append(AttemptRecord.from_dict({"attempt": 0, "ended": "hang", "culprit": decide.recorded_culprit(blamed)}))
+    step = next_step(rec, "hang", decide.excludable(blamed, ["n1", "n2"]), RESILIENCE, 1)
     assert (step["exclude"], step["why"]) == (["n2"], "a hang: restart 1 of max_restarts 2 without n2")
 
 
@@ -44,7 +46,7 @@ def test_a_host_that_is_no_node_of_the_allocation_is_kept_apart_and_never_exclud
 
 
 def test_when_slurm_does_not_answer_the_allocations_names_are_still_blamed(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cluster_kit.supervisor import job, slurmctl
+    from cluster_kit.supervisor import ending, slurmctl
 
     asked: list[list[str]] = []
 
@@ -53,7 +55,7 @@ def test_when_slurm_does_not_answer_the_allocations_names_are_still_blamed(monke
         raise RuntimeError("scontrol show node failed: Unable to contact slurm controller (connect failure)")
 
     monkeypatch.setattr(slurmctl, "slurm", refuse)
-    monkeypatch.setattr(job.time, "sleep", lambda s: None)
-    blamed = job.slurm_names(decide.culprit_of([3], ["n2", "gpu009.cluster.local"], "..."), ["n1", "n2"])
-    assert len(asked) == job.NODE_TABLE_TRIES  # asked again before giving up
+    monkeypatch.setattr(ending.time, "sleep", lambda s: None)
+    blamed = ending.slurm_names(decide.culprit_of([3], ["n2", "gpu009.cluster.local"], "..."), ["n1", "n2"])
+    assert len(asked) == ending.NODE_TABLE_TRIES  # asked again before giving up
     assert (blamed["hosts"], blamed["unmatched_hosts"]) == (["n2"], ["gpu009.cluster.local"])
