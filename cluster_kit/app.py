@@ -121,6 +121,17 @@ class App:
                 self._runners[key] = slurm_runner.LocalRunner(log=log)
         return self._runners[key]
 
+    def job_runner(self, profile_ref: str | None, job_id: str) -> Runner:
+        """The runner of a job's login host: `profile_ref`'s, else that of the profile
+        the job's record names, else a local one."""
+        from cluster_kit.lifecycle import records
+
+        if not profile_ref:
+            record = records.find(job_id)
+            if record is not None and record.where != "local" and record.profile:
+                profile_ref = record.profile
+        return self.runner(self.profile(profile_ref).data if profile_ref else {})
+
     def close(self) -> None:
         """Close the runners' SSH connections (a command's close on its own, through click)."""
         for runner in self._runners.values():

@@ -1,10 +1,12 @@
 """Commands about jobs: submit, status, cancel, logs, diagnose."""
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 import sys
 import time
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -16,7 +18,7 @@ from cluster_kit.commands.options import (
     progress,
     set_option,
 )
-from cluster_kit.errors import ClusterRefused, exit_with
+from cluster_kit.errors import exit_with
 
 if TYPE_CHECKING:
     from cluster_kit.config.documents import Job
@@ -39,18 +41,10 @@ def check_job_id(_ctx: click.Context, _param: click.Parameter, value: str) -> st
 job_id_arg = click.argument("job_id", callback=check_job_id)
 
 
-def job_runner(app: App, profile_ref: str | None, job_id: str | None = None) -> Any:
+def job_runner(app: App, profile_ref: str | None, job_id: str) -> Any:
     """The runner of `--profile` (its login host); else of the profile the job's
     record names; else a local one."""
-    if not profile_ref and job_id:
-        from cluster_kit.lifecycle import records
-
-        record = records.find(job_id)
-        if record is not None and record.where != "local" and record.profile:
-            profile_ref = record.profile
-    if not profile_ref:
-        return app.runner({})
-    return app.runner(app.profile(profile_ref).data)
+    return app.job_runner(profile_ref, job_id)
 
 
 login_profile_option = profile_option(
@@ -109,24 +103,15 @@ def follow_job(app: App, job: Any, job_id: str, wait: bool, doc: dict[str, Any] 
     from cluster_kit import lifecycle
 
     runner = app.runner(job.profile.data)
-    seen: list[Any] = []
-    report = state_reporter(job_id)
-
-    def on_status(status: Any) -> None:
-        seen.append(status)
-        if report is not None:
-            report(status)
-
+    hint = functools.partial(cancel_hint, job)
     try:
         lifecycle.refuse_never_start(runner, job_id)
-        if not wait:
-            return
-        result = lifecycle.wait(runner, job_id, on_status=on_status, launcher=job.data.get("launcher"),
-                                on_restart=say_restart)
     except KeyboardInterrupt:
-        current = seen[-1].job_id if seen else job_id  # a restart runs as a job of its own
-        interrupted(current, seen[-1].phase if seen else None, cancel_hint(job, current))
+        interrupted(job_id, None, hint(job_id))
+    if not wait:
         return
+    how = lifecycle.Following(launcher=job.data.get("launcher"))
+    result = follow_to_the_end(job_id, lifecycle.follow(runner, job_id, how), hint)
     click.echo(result.explanation, err=True)
     if doc is not None:
         # job_id stays the submitted job's: a restarted job ends as another (its attempts say which)
@@ -134,27 +119,36 @@ def follow_job(app: App, job: Any, job_id: str, wait: bool, doc: dict[str, Any] 
     exit_with(result.exit_status or 0)
 
 
+def follow_to_the_end(job_id: str, events: Iterator[Any], hint: Callable[[str], str]) -> Any:
+    """Print a followed job's events as they come (state changes on a terminal, restarts,
+    output); its outcome. Ctrl-C: say the job is still there and how to stop it (exit 130)."""
+    from cluster_kit import lifecycle
+
+    report = state_reporter(job_id)
+    last: Any = None
+    try:
+        for event in events:
+            if isinstance(event, lifecycle.Polled):
+                last = event.status
+                if report is not None:
+                    report(event.status)
+            elif isinstance(event, lifecycle.Restarted):
+                say_restart(event.line)
+            elif isinstance(event, lifecycle.Wrote):
+                click.echo(event.text, nl=False)
+            elif isinstance(event, lifecycle.Ended):
+                return event.outcome
+    except KeyboardInterrupt:
+        current = last.job_id if last is not None else job_id  # a restart runs as a job of its own
+        interrupted(current, last.phase if last is not None else None, hint(current))
+    raise AssertionError("a followed job ends with Ended")
+
+
 def say_restart(line: str) -> None:
-    """A supervised job restarted as a new job: one line on stderr."""
+    """A supervised job restarted: one line on stderr."""
     from cluster_kit.text import printable
 
     click.echo(f"clusterkit: {printable(line)}", err=True)
-
-
-def submit_document(job_id: str | None, route: Any, report: dict | None,
-                    test_only: str | None = None, submitted: Any = None) -> dict[str, Any]:
-    """`submit --json`: job id, the nodes routed around with their checks, the preflight;
-    a sweep's array and each index's values; the dependency."""
-    doc: dict[str, Any] = {"job_id": job_id, "excluded": dict(route.excluded) if route else {},
-                           "preflight": report}
-    if test_only is not None:
-        doc["test_only"] = test_only
-    if submitted is not None and submitted.array:
-        doc["array"] = submitted.array
-        doc["sweep"] = submitted.sweep_map()
-    if submitted is not None and submitted.dependency:
-        doc["dependency"] = submitted.dependency
-    return doc
 
 
 def sweep_axes(sweeps: tuple[str, ...]) -> dict[str, list[Any]]:
@@ -202,6 +196,7 @@ def submit(app: App, job_file: str, dry_run: bool, test_only: bool, no_preflight
     """
     from cluster_kit.config.overrides import sweep_points
     from cluster_kit.lifecycle import SubmitRequest, submit_job
+    from cluster_kit.report import jobs as text
     from cluster_kit.slurm import jobs
 
     if as_json and dry_run:
@@ -220,60 +215,11 @@ def submit(app: App, job_file: str, dry_run: bool, test_only: bool, no_preflight
     if not as_json:
         click.echo(done.test_only if test_only else done.job_id)
     job_id = done.job_id
-    doc = submit_document(job_id, done.route, done.report, done.test_only, done) if as_json else None
+    doc = text.submit_document(job_id, done.route, done.report, done.test_only, done) if as_json else None
     if doc is not None and not (wait and job_id):
         click.echo(json.dumps(doc, indent=2))
     if job_id:
         follow_job(app, done.job, job_id, wait, doc if wait else None)
-
-
-def status_document(status: Any, result: Any, chain: Any = None) -> dict[str, Any]:
-    """`status --json`: Slurm's fields, each array task's, how the job ended and,
-    for a supervised job, its chain's attempts."""
-    from cluster_kit.lifecycle import chains
-
-    doc = {name: str(value) if name == "exit_code" else value for name, value in status.items()}
-    doc["job_id"] = status.job_id
-    if status.tasks:
-        doc["tasks"] = [dict(task.items()) | {"exit_code": str(task.exit_code) if task.exit_code else None}
-                        for task in status.tasks]
-    if result is not None:
-        doc["outcome"] = result.as_dict()
-    if chain is not None:
-        doc["attempts"] = chains.attempt_summaries(chain)
-        doc["chain"] = {"job_id": chain.chain_id, "current_job_id": chain.current_job_id,
-                        "final": chain.final, "record": chain.path}
-    return doc
-
-
-def job_chain(runner: Any, job_id: str, status: Any) -> Any:
-    """The chain of attempts of a supervised job (None for any other job), each of its
-    restarts remembered so that a later command finds them after Slurm forgot them."""
-    from cluster_kit import lifecycle
-
-    if status.tasks:
-        return None
-    chain = lifecycle.find_chain(runner, job_id, status.stdout_path)
-    if chain is not None:
-        lifecycle.remember_chain(chain, lifecycle.where_key(runner))
-    return chain
-
-
-def attempt_rows(chain: Any) -> list[list[str]]:
-    """One row per attempt: number, job, nodes, how it ended, the culprit and the nodes left out."""
-    from cluster_kit.text import printable
-
-    rows = []
-    for attempt in chain.attempts:
-        blamed = (attempt.get("culprit") or {}).get("evidence") or ""
-        excluded = ",".join(map(str, attempt.get("excluded") or ()))
-        culprit = "; ".join(part for part in (blamed, f"excluded {excluded}" if excluded else "") if part)
-        job = str(attempt.get("step") or attempt.get("slurm_job_id"))  # `123.1`: a step of an allocation
-        released = ",".join(map(str, attempt.get("released") or ()))
-        culprit += f"; released {released}" if released else ""
-        rows.append([str(attempt.get("attempt", "?")), job,
-                     str(attempt.get("nodes") or "-"), str(attempt.get("ended")), culprit or "-"])
-    return [[printable(cell) for cell in row] for row in rows]
 
 
 @click.command()
@@ -285,35 +231,30 @@ def status(app: App, job_id: str, profile_ref: str | None, as_json: bool) -> Non
     """The job's state (squeue, then scontrol or sacct once it ended, then
     clusterkit's record once Slurm forgot it); how it ended."""
     from cluster_kit import lifecycle
-    from cluster_kit.errors import printable
     from cluster_kit.lifecycle import chains
-    from cluster_kit.text import format_table
+    from cluster_kit.report import jobs as text
 
     runner = job_runner(app, profile_ref, job_id)
-    info = lifecycle.status_or_record(runner, job_id)
-    result = lifecycle.job_outcome(runner, info, _launcher(job_id)) if info.finished else None
-    chain = job_chain(runner, job_id, info)
+    seen = lifecycle.look(runner, job_id)
+    info, chain = seen.status, seen.chain
+    result = lifecycle.job_outcome(runner, info, launcher_of(seen)) if info.finished else None
     sweep = sweep_values(runner, job_id)
     if as_json:
-        click.echo(json.dumps(with_sweep(status_document(info, result, chain), sweep), indent=2))
+        doc = text.status_document(info, result, chain, chains.attempt_summaries(chain) if chain else ())
+        click.echo(json.dumps(text.with_sweep(doc, sweep), indent=2))
         return
-    rows = [[k, str(v)] for k, v in info.items()]
-    rows += [[f"task {t.job_id}", (f"{t.state} exit {t.exit_status}" if t.finished else t.state)
-              + task_values_text(sweep, t.job_id)] for t in info.tasks]
-    if sweep and not info.tasks:
-        rows += [[f"task {job_id.split('_', 1)[0]}_{index}", describe(values)] for index, values in sweep.items()
-                 if "_" not in job_id or job_id.endswith(f"_{index}")]
-    click.echo(format_table(["FIELD", "VALUE"], rows))
+    click.echo(text.status_table(info, sweep))
     if info.source == "record":
         click.echo(f"Slurm no longer knows job {job_id}; shown from clusterkit's record", err=True)
     if result is not None:
         click.echo(result.explanation)
     if chain is not None:
-        click.echo(format_table(["ATTEMPT", "JOB", "NODES", "ENDED", "CULPRIT"], attempt_rows(chain)))
-        click.echo(printable(chains.progress(chain)))
-        saved: list[str] = next((a["checkpoints"] for a in reversed(chain.attempts) if a.get("checkpoints")), [])
-        for line in saved:  # the interval and why, the last save, anything set aside
-            click.echo(printable(str(line)))
+        click.echo("\n".join(text.chain_lines(chain, chains.progress(chain))))
+
+
+def launcher_of(seen: Any) -> str:
+    """How the job launched its ranks (its record's `launcher`; srun when unknown)."""
+    return seen.record.launcher if seen.record is not None else "srun"
 
 
 def sweep_values(runner: Any, job_id: str) -> dict[str, dict[str, Any]]:
@@ -322,37 +263,6 @@ def sweep_values(runner: Any, job_id: str) -> dict[str, dict[str, Any]]:
 
     record = records.find(job_id, where_key(runner))
     return {str(index): dict(values) for index, values in enumerate(record.sweep)} if record else {}
-
-
-def task_index(task_id: str) -> str:
-    """`12_3` -> `3` (a folded pending range `12_[4-9]` -> `[4-9]`)."""
-    return task_id.partition("_")[2]
-
-
-def task_values_text(sweep: dict[str, dict[str, Any]], task_id: str) -> str:
-    values = sweep.get(task_index(task_id))
-    return f" ({describe(values)})" if values else ""
-
-
-def describe(values: dict[str, Any]) -> str:
-    from cluster_kit.errors import printable
-    from cluster_kit.render.array import describe as describe_values
-
-    return printable(describe_values(values), keep_newlines=False)
-
-
-def with_sweep(doc: dict[str, Any], sweep: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """`status --json` of a sweep: `sweep` maps each array index to its values, and
-    each task of `tasks` has its `values`."""
-    if not sweep:
-        return doc
-    doc["sweep"] = sweep
-    for task in doc.get("tasks", []):
-        if task_index(str(task.get("job_id"))) in sweep:
-            task["values"] = sweep[task_index(str(task["job_id"]))]
-    if "_" in doc["job_id"]:
-        doc["values"] = sweep.get(task_index(doc["job_id"]))
-    return doc
 
 
 RECENT_S = 24 * 3600  # `jobs` without --all: jobs not known to have ended, and those of the last day
@@ -409,13 +319,6 @@ def jobs_command(app: App, show_all: bool, as_json: bool) -> None:
     click.echo(format_table(["JOB", "NAME", "STATE", "SUBMITTED", "WHERE", "NOTE"], rows))
 
 
-def _launcher(job_id: str) -> str:
-    from cluster_kit.lifecycle import records
-
-    record = records.find(job_id)
-    return record.launcher if record else "srun"
-
-
 @click.command()
 @click.argument("job_ids", nargs=-1, required=True, callback=lambda ctx, param, values: [
     check_job_id(ctx, param, value) for value in values])
@@ -435,79 +338,6 @@ def cancel(app: App, job_ids: list[str], profile_ref: str | None) -> None:
                 click.echo(f"job {cancelled_id} had already ended")
 
 
-def output_files(runner: Any, job_id: str) -> dict[str, str]:
-    """{job or task id: output path}: Slurm's, else the job's record."""
-    from cluster_kit.lifecycle import records, where_key
-    from cluster_kit.slurm import jobs
-
-    paths = jobs.job_output_paths(runner, job_id)
-    if paths:
-        return paths
-    record = records.find(job_id, where_key(runner))
-    if record is not None and record.outputs:
-        wanted = {k: v for k, v in record.outputs.items() if k == job_id}
-        return wanted or dict(record.outputs)
-    jobs.job_status(runner, job_id)  # a job Slurm does not know at all is said so
-    raise ClusterRefused(f"Slurm {runner.where} no longer knows job {job_id}'s output file, "
-                         "and clusterkit has no record of it",
-                         fix="read the file the job's --output option names")
-
-
-def echo_outputs(runner: Any, paths: dict[str, str], offsets: dict[str, int]) -> None:
-    """Print each file from its offset on (a header per file when there are
-    several, as tail does); advance the offsets."""
-    from cluster_kit.slurm import jobs
-
-    for task_id, path in paths.items():
-        chunk = jobs.read_path(runner, path, offsets.get(task_id, 0))
-        if chunk and len(paths) > 1:
-            click.echo(f"==> {task_id}: {path} <==")
-        click.echo(chunk, nl=False)
-        offsets[task_id] = offsets.get(task_id, 0) + len(chunk.encode())
-
-
-def chain_logs(runner: Any, chain: Any, follow: bool, launcher: str) -> None:
-    """`logs` of a supervised job: every attempt's output; `-f` follows the chain's newest
-    attempt, through its restarts, and exits with the chain's exit code."""
-    from cluster_kit import lifecycle
-
-    output = lifecycle.ChainOutput(runner)
-
-    def echo(chain: Any, every: bool = False) -> None:
-        click.echo(output.read(chain, every), nl=False)
-
-    echo(chain, every=True)
-    if not follow:
-        return
-    if chain.final is None:
-        result = lifecycle.wait(runner, chain.current_job_id, poll=1.0, launcher=launcher, chain=chain,
-                                on_status=lambda _s: echo(lifecycle.read_chain(runner, chain.folder) or chain),
-                                on_restart=say_restart, cancel_never_start=False)
-        chain = lifecycle.read_chain(runner, chain.folder) or chain
-    else:
-        result = None
-    echo(chain)  # what the last attempt wrote while it ended
-    if result is None:
-        result = ended_chain_outcome(runner, chain, launcher)
-    click.echo(result.explanation, err=True)
-    # A job someone cancelled was stopped on purpose: only a failure is an error.
-    exit_with(0 if result.state == "CANCELLED" else result.exit_status or 0)
-
-
-def ended_chain_outcome(runner: Any, chain: Any, launcher: str) -> Any:
-    """How an ended chain ended: its last job's outcome, else the record's alone."""
-    from cluster_kit import lifecycle
-    from cluster_kit.lifecycle import chains
-    from cluster_kit.lifecycle.chain_diagnosis import chain_state
-
-    try:
-        status = lifecycle.status_or_record(runner, chain.current_job_id)
-    except ClusterRefused:
-        return lifecycle.Outcome(chain.current_job_id, chain_state(chain, None), chain.exit_code,
-                                 f"job {chain.chain_id}: {chains.summary(chain)}")
-    return lifecycle.chain_outcome(lifecycle.job_outcome(runner, status, launcher), chain)
-
-
 @click.command()
 @job_id_arg
 @click.option("-f", "--follow", is_flag=True,
@@ -520,31 +350,22 @@ def logs(app: App, job_id: str, follow: bool, profile_ref: str | None) -> None:
     from cluster_kit import lifecycle
 
     runner = job_runner(app, profile_ref, job_id)
-    info = lifecycle.status_or_record(runner, job_id)
-    chain = job_chain(runner, job_id, info)
-    if chain is not None:
-        chain_logs(runner, chain, follow, _launcher(job_id))
-        return
-    offsets: dict[str, int] = {}
-    paths = output_files(runner, job_id)
-    echo_outputs(runner, paths, offsets)
-    if not any(offsets.values()) and info.phase == "pending":
-        click.echo(f"{lifecycle.explain_status(info)}: no output yet", err=True)
-    elif not any(offsets.values()) and info.finished and not follow:
-        click.echo(f"{lifecycle.explain_status(info)}: it wrote no output", err=True)
+    seen = lifecycle.look(runner, job_id)
+    output = lifecycle.Output(runner, job_id)
+    text = seen.read(output)
+    click.echo(text, nl=False)
+    if not text and seen.chain is None and seen.status.phase == "pending":
+        click.echo(f"{lifecycle.explain_status(seen.status)}: no output yet", err=True)
+    elif not text and seen.chain is None and seen.status.finished and not follow:
+        click.echo(f"{lifecycle.explain_status(seen.status)}: it wrote no output", err=True)
     if not follow:
         return
-    while not info.finished and info.source != "record":
-        time.sleep(1.0)
-        info = lifecycle.status_or_record(runner, job_id)
-        paths = output_files(runner, job_id)
-        echo_outputs(runner, paths, offsets)
-    echo_outputs(runner, output_files(runner, job_id), offsets)  # what the job wrote while it ended
-    if info.finished:
-        result = lifecycle.job_outcome(runner, info, _launcher(job_id))
+    how = lifecycle.Following(poll=1.0, launcher=launcher_of(seen), output=output, cancel_never_start=False)
+    result = follow_to_the_end(job_id, lifecycle.follow(runner, job_id, how), lambda current: f"clusterkit cancel {current}")
+    if result.state != lifecycle.FORGOTTEN:
         click.echo(result.explanation, err=True)
-        # A job someone cancelled was stopped on purpose: only a failure is an error.
-        exit_with(0 if result.state == "CANCELLED" else result.exit_status or 0)
+    # A job someone cancelled was stopped on purpose: only a failure is an error.
+    exit_with(0 if result.state == "CANCELLED" else result.exit_status or 0)
 
 
 @click.command()
@@ -555,68 +376,15 @@ def logs(app: App, job_id: str, follow: bool, profile_ref: str | None) -> None:
 def diagnose(app: App, job_id: str, profile_ref: str | None, as_json: bool) -> None:
     """How the job ended (or that it runs), who is to blame, and what to do next;
     every attempt, for a job with `resilience:`."""
+    from cluster_kit.lifecycle import records
     from cluster_kit.lifecycle.diagnosis import diagnose as build
+    from cluster_kit.report.jobs import diagnosis_lines
     from cluster_kit.text import printable
 
-    doc = build(job_runner(app, profile_ref, job_id), job_id, _launcher(job_id))
+    record = records.find(job_id)
+    doc = build(job_runner(app, profile_ref, job_id), job_id, record.launcher if record else "srun")
     if as_json:
         click.echo(json.dumps(doc, indent=2))
         return
     for line in diagnosis_lines(doc):
         click.echo(printable(line))
-
-
-STACK_LINES = 6  # of a culprit rank's stack shown in diagnose's text
-
-
-def diagnosis_lines(doc: dict[str, Any]) -> list[str]:
-    """`diagnose`'s text: each attempt, its culprit and what came next; the chain's end; advice."""
-    chain = "chain_id" in doc
-    lines = []
-    for attempt in doc["attempts"]:
-        code = f" (exit code {attempt['exit_code']})" if chain and attempt.get("exit_code") is not None else ""
-        found = (f", found after {attempt['detected_after_s']:g} s"
-                 if isinstance(attempt.get("detected_after_s"), (int, float)) else "")
-        step = f" step {attempt['step']}" if attempt.get("step") else ""
-        lines.append(f"attempt {attempt['attempt']} (job {attempt['slurm_job_id']}{step}, nodes "
-                     f"{attempt['nodes'] or '-'}): {attempt['ended']}{code}{found}")
-        if attempt.get("explanation"):
-            lines.append(f"  {attempt['explanation']}")
-        if attempt.get("culprit"):
-            lines.append(f"  culprit: {attempt['culprit']['evidence']}")
-        if chain:
-            lines += chain_attempt_lines(attempt)
-    if chain:
-        final = doc.get("final")
-        end = (f"{final.get('why') or final.get('ended')} (exit code {final.get('exit_code')})" if final
-               else "not over")
-        lines.append(f"chain of job {doc['chain_id']}: {end}; Slurm state {doc['state']}")
-    return lines + [f"advice: {line}" for line in doc["advice"]]
-
-
-def chain_attempt_lines(attempt: dict[str, Any]) -> list[str]:
-    """A supervised attempt's blamed ranks and hosts, excluded nodes, what came next, and
-    the last lines of each culprit rank's stack."""
-    lines = []
-    if attempt.get("waited_s") is not None:
-        lines.append(f"  waited {attempt['waited_s']:g} s to run after the attempt before it ended")
-    culprit = attempt.get("culprit") or {}
-    if culprit.get("ranks") or culprit.get("hosts"):
-        ranks = ",".join(map(str, culprit.get("ranks") or ())) or "-"
-        lines.append(f"  blamed: rank(s) {ranks} on {','.join(map(str, culprit.get('hosts') or ())) or '-'}")
-    for rank in culprit.get("ranks") or ():
-        stack = (attempt.get("stacks") or {}).get(str(rank))
-        if stack:
-            lines.append(f"  stack of rank {rank} (last lines):")
-            lines += [f"    {line}" for line in [s for s in str(stack).splitlines() if s.strip()][-STACK_LINES:]]
-    if attempt.get("excluded"):
-        lines.append(f"  excluded from the next attempts: {','.join(map(str, attempt['excluded']))}")
-    if attempt.get("released"):
-        lines.append(f"  handed back to Slurm: {','.join(map(str, attempt['released']))}")
-    lines += [f"  {line}" for line in attempt.get("checkpoints") or ()]
-    if attempt.get("culprit", {}).get("kind") == "program":
-        lines.append("  a program error: no node is blamed for it")
-    if attempt.get("why"):
-        after = f"; restarted as job {attempt['next_job_id']}" if attempt.get("next_job_id") else ""
-        lines.append(f"  then: {attempt['why']}{after}")
-    return lines

@@ -158,11 +158,12 @@ def supervised_sbatch(resilience: Mapping[str, Any] | None) -> dict[str, str]:
     `signal`: USR1 to the batch shell, where the supervisor runs, `grace` seconds
     before the time limit (none with grace 0). `no-kill`: the allocation outlives a
     failed node, so the supervisor can blame it and restart without it, in the same
-    allocation. `requeue`: when the node of the batch script itself fails, Slurm runs
-    the job again, and its supervisor goes on with the chain. `open-mode=append`: a
-    requeued job (the same id, the same output file) adds to what its earlier attempts
-    wrote, where sbatch would truncate it. The job's own slurm options are merged over
-    these; the profile's are not.
+    allocation. `requeue`: Slurm may requeue the job (a preemption, an admin's `scontrol
+    requeue`), and its supervisor goes on with the chain as the same job (the batch
+    script's own node failing is the guard's and the standby job's: supervisor/chain.py).
+    `open-mode=append`: a requeued job (the same id, the same output file) adds to what
+    its earlier attempts wrote, where sbatch would truncate it. The job's own slurm
+    options are merged over these; the profile's are not.
     """
     if resilience is None:
         return {}

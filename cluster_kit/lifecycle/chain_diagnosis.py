@@ -13,18 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from cluster_kit.errors import ClusterRefused
 from cluster_kit.hostlist import NodeSet
-from cluster_kit.lifecycle.chains import Chain
-from cluster_kit.lifecycle.follow import ended_as
-from cluster_kit.slurm import builders as slurm
+from cluster_kit.lifecycle.chains import Chain, chain_state
+from cluster_kit.lifecycle.outcome import ended_as
 from cluster_kit.supervisor.record import FAILURES, REQUEUES
 
 if TYPE_CHECKING:
     from cluster_kit.slurm import jobs
     from cluster_kit.slurm.runner import Runner
 
-# Slurm's word for how a chain ended, once Slurm forgot its last job.
-FINAL_STATES = {"completed": "COMPLETED", "cancelled": "CANCELLED", "time_limit": "TIMEOUT",
-                "preempted": "PREEMPTED", "node_failure": "NODE_FAIL"}
 ATTEMPT_KEYS = ("attempt", "slurm_job_id", "step", "nodes", "waited_s", "started_at", "ended_at", "ended",
                 "exit_code", "detected_after_s", "culprit", "excluded", "released", "checkpoints", "why",
                 "next_job_id", "without", "output", "stacks")
@@ -32,7 +28,7 @@ ATTEMPT_KEYS = ("attempt", "slurm_job_id", "step", "nodes", "waited_s", "started
 
 def diagnose_chain(runner: Runner, chain: Chain, job_id: str) -> dict[str, Any]:
     """The `diagnose --json` document of a supervised job (`job_id`: any job of its chain)."""
-    from cluster_kit.lifecycle.follow import status_or_record
+    from cluster_kit.lifecycle.outcome import status_or_record
 
     current = chain.current_job_id
     try:
@@ -58,15 +54,6 @@ def attempt_entry(attempt: dict[str, Any], status: jobs.JobStatus | None) -> dic
         entry["ended"] = ended_as(status)
         entry["why"] = f"Slurm says job {status.job_id} ended {status.state}; its supervisor did not record the end"
     return entry
-
-
-def chain_state(chain: Chain, status: jobs.JobStatus | None) -> str:
-    """Slurm's state of the job the chain runs as now; once Slurm forgot it, the record's end."""
-    if status is not None and status.state and status.state != "UNKNOWN":
-        return slurm.base_state(status.state) or status.state
-    if chain.final is not None:
-        return FINAL_STATES.get(str(chain.final.get("ended")), "FAILED")
-    return "UNKNOWN"
 
 
 def chain_advice(chain: Chain, attempts: list[dict[str, Any]], status: jobs.JobStatus | None) -> list[str]:

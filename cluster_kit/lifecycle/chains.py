@@ -20,6 +20,7 @@ from cluster_kit.errors import ClusterRefused
 from cluster_kit.hostlist import NodeSet
 from cluster_kit.lifecycle import records
 from cluster_kit.lifecycle.submission import where_key
+from cluster_kit.slurm import builders as slurm
 from cluster_kit.slurm import jobs
 from cluster_kit.supervisor import record as attempts_record
 
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
 
 SEARCHED_FOLDERS = 16  # record folders beside a later attempt's output looked into, nearest ids first
 FOLDER_PREFIX = "clusterkit-"
+# Slurm's word for how a chain ended, once Slurm forgot its last job.
+FINAL_STATES = {"completed": "COMPLETED", "cancelled": "CANCELLED", "time_limit": "TIMEOUT",
+                "preempted": "PREEMPTED", "node_failure": "NODE_FAIL"}
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,15 @@ class Chain:
         """The chain's exit code once it is over (its last attempt's)."""
         code = (self.final or {}).get("exit_code")
         return code if isinstance(code, int) else None
+
+
+def chain_state(chain: Chain, status: jobs.JobStatus | None) -> str:
+    """Slurm's state of the job the chain runs as now; once Slurm forgot it, the record's end."""
+    if status is not None and status.state and status.state != "UNKNOWN":
+        return slurm.base_state(status.state) or status.state
+    if chain.final is not None:
+        return FINAL_STATES.get(str(chain.final.get("ended")), "FAILED")
+    return "UNKNOWN"
 
 
 def parse_chain(text: str, folder: str) -> Chain | None:
@@ -310,35 +323,6 @@ def _attempts_label(group: list[dict[str, Any]]) -> str:
 def attempt_summaries(chain: Chain) -> list[dict[str, Any]]:
     """The attempts without their stacks (diagnose has those): for `status` and `--wait --json`."""
     return [{k: v for k, v in a.items() if k != "stacks"} for a in chain.attempts]
-
-
-class ChainOutput:
-    """What a chain's attempts wrote, attempt after attempt, each file under a
-    `==> attempt N: job ID: PATH <==` line; each `read` goes on from the newest file."""
-
-    def __init__(self, runner: Runner) -> None:
-        self.runner = runner
-        self.offsets: dict[str, int] = {}
-        self.header: str | None = None
-        self.start = 0
-        self.line_open = False
-
-    def read(self, chain: Chain, every: bool = False) -> str:
-        """What each file got since the last read (`every`: a header even for an empty file)."""
-        text = []
-        files = attempt_outputs(chain)
-        for label, path in files[self.start:]:
-            chunk = jobs.read_path(self.runner, path, self.offsets.get(path, 0))
-            header = f"==> {label}: {path} <=="
-            if (chunk or every) and header != self.header:
-                text.append(("\n" if self.line_open else "") + header + "\n")
-                self.header, self.line_open = header, False
-            if chunk:
-                text.append(chunk)
-                self.line_open = not chunk.endswith("\n")
-            self.offsets[path] = self.offsets.get(path, 0) + len(chunk.encode())
-        self.start = max(self.start, len(files) - 1)
-        return "".join(text)
 
 
 def remember_chain(chain: Chain, where: str) -> None:

@@ -16,7 +16,7 @@ from cluster_kit.slurm import builders as slurm
 from cluster_kit.slurm import jobs, outcome
 
 if TYPE_CHECKING:
-    from cluster_kit.lifecycle.follow import Outcome
+    from cluster_kit.lifecycle.outcome import Outcome
     from cluster_kit.slurm.runner import Runner
 
 def last_rank_line(text: str, rank: int) -> str | None:
@@ -60,7 +60,7 @@ def diagnose(runner: Runner, job_id: str, launcher: str = "srun") -> dict[str, A
     chain, else the job's single attempt."""
     from cluster_kit.lifecycle.chain_diagnosis import diagnose_chain
     from cluster_kit.lifecycle.chains import find_chain, remember_chain
-    from cluster_kit.lifecycle.follow import ended_as, job_outcome, status_or_record
+    from cluster_kit.lifecycle.outcome import ended_as, job_outcome, status_or_record
     from cluster_kit.lifecycle.submission import where_key
 
     status = status_or_record(runner, job_id)

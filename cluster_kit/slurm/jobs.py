@@ -258,30 +258,23 @@ def settle(runner: Runner, job_id: str, timeout: float = 6.0, poll: float = 0.5,
         sleep(poll)
 
 
-def wait(runner: Runner, job_id: str, poll: float = 5.0, timeout: float | None = None,
-         sleep: Callable[[float], None] = time.sleep,
-         on_status: Callable[[JobStatus], None] | None = None,
-         cancel_never_start: bool = False) -> int:
-    """Poll until the job ends; its exit status (0 only for COMPLETED).
+def watch(runner: Runner, job_id: str, poll: float = 5.0, sleep: Callable[[float], None] = time.sleep,
+          cancel_never_start: bool = False, first: JobStatus | None = None) -> Iterator[JobStatus]:
+    """The job's status every `poll` s until it ended (the last one yielded); `first`:
+    its status just read, if the caller has it.
 
-    Raises ClusterRefused if the job vanishes or `timeout` seconds pass, and,
-    with `cancel_never_start`, cancels a job that can never start and raises
-    ClusterRefused with the reason.
+    Raises ClusterRefused if the job vanishes, and, with `cancel_never_start`, cancels
+    a job that can never start and raises ClusterRefused with the reason.
     """
-    deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        status = job_status(runner, job_id)
-        if on_status is not None:
-            on_status(status)
+        status, first = first or job_status(runner, job_id), None
+        yield status
         if status.exit_status is not None:
-            return status.exit_status
+            return
         refused = never_start_refusal(runner, status) if cancel_never_start else None
         if refused is not None:
             cancel(runner, job_id)
             raise ClusterRefused(f"{refused.message}; cancelled it", fix=refused.fix)
-        if deadline is not None and time.monotonic() >= deadline:
-            raise ClusterRefused(f"job {job_id} still {status.state} after {timeout:g} s",
-                                 fix=f"cancel it (clusterkit cancel {job_id}) or wait longer")
         sleep(poll)
 
 

@@ -37,6 +37,9 @@ from keeptrain import (
 pytestmark = pytest.mark.integration
 
 AGAIN_S = 10  # from the urgent job's end to the chain's next attempt
+# How long an ExcNodeList update of a requeued run may still be on its way to slurmctld
+# once the job pends again (measured here: up to 4 s under the full test suite's load).
+EXCLUDE_UPDATE_S = 8
 
 
 def error_lines(text: str) -> list[str]:
@@ -133,7 +136,13 @@ def test_a_node_blamed_for_a_hang_stays_out_after_scontrol_requeue_and_logs_keep
     with holding(dev_cluster, "n4"):  # n1-n3 are the only nodes: the requeued job gets n2 back
         job_id = submit(dev_cluster, path)
         training(keep_folder, job_id, attempt=1)
-        requeue(dev_cluster, job_id, exclude="")  # as if nobody had set its ExcNodeList (an admin's requeue)
+        requeue(dev_cluster, job_id)
+        # The supervisor of the requeued run sets the chain's excluded nodes; an admin who
+        # clears them once that run is gone gets n2 back into the job: its next attempt
+        # leaves n2 out before training.
+        time.sleep(EXCLUDE_UPDATE_S)
+        subprocess.run(["scontrol", "update", f"JobId={job_id}", "ExcNodeList=", "StartTime=now"],
+                       env=dev_cluster.slurm_env(), check=False, capture_output=True, timeout=60)  # (runs already)
         record = chain_record(keep_folder, job_id)
     endings = [a["ended"] for a in record["attempts"]]
     assert endings == ["hang", "preempted", "completed"], record

@@ -30,6 +30,18 @@ def options(tmp_path: Path) -> dict[str, Any]:
     return {"partition": "debug", "output": f"{tmp_path}/%x-%j.out", "chdir": str(tmp_path)}
 
 
+def ended(runner: slurm_runner.LocalRunner, job_id: str, timeout: float) -> int | None:
+    """The job's exit status once it ended (ClusterRefused after `timeout` s)."""
+    deadline = time.monotonic() + timeout
+
+    def sleep(seconds: float) -> None:
+        if time.monotonic() > deadline:
+            raise ClusterRefused(f"job {job_id} still runs after {timeout:g} s")
+        time.sleep(seconds)
+
+    return [status.exit_status for status in jobs.watch(runner, job_id, 0.2, sleep)][-1]
+
+
 def wait_for_phase(runner: slurm_runner.LocalRunner, job_id: str, phase: str) -> None:
     deadline = time.monotonic() + 60
     while jobs.job_status(runner, job_id).phase != phase:
@@ -40,7 +52,7 @@ def wait_for_phase(runner: slurm_runner.LocalRunner, job_id: str, phase: str) ->
 def test_a_job_that_succeeds(runner: slurm_runner.LocalRunner, options: dict[str, Any]) -> None:
     job_id = jobs.submit(runner, "#!/bin/bash\necho hello from $SLURM_JOB_ID\n",
                                  options={**options, "job-name": "ck-it-ok", "nodes": 2})
-    assert jobs.wait(runner, job_id, poll=0.2, timeout=120) == 0
+    assert ended(runner, job_id, 120) == 0
     status = jobs.job_status(runner, job_id)
     assert (status.state, status.exit_status, status.nodes) == ("COMPLETED", 0, "n[1-2]")
     assert jobs.is_finished(runner, job_id)
@@ -53,7 +65,7 @@ def test_a_job_that_succeeds(runner: slurm_runner.LocalRunner, options: dict[str
 def test_a_job_that_exits_3(runner: slurm_runner.LocalRunner, options: dict[str, Any]) -> None:
     job_id = jobs.submit(runner, "", options={**options, "job-name": "ck-it-fail",
                                                       "wrap": "echo failing; exit 3"})
-    assert jobs.wait(runner, job_id, poll=0.2, timeout=120) == 3
+    assert ended(runner, job_id, 120) == 3
     status = jobs.job_status(runner, job_id)
     assert (status.state, str(status.exit_code), status.reason) == ("FAILED", "3:0", "NonZeroExitCode")
 
@@ -65,7 +77,7 @@ def test_cancel_a_running_job(runner: slurm_runner.LocalRunner, options: dict[st
         wait_for_phase(runner, job_id, "running")
         assert jobs.job_status(runner, job_id).source == "squeue"
         assert jobs.cancel(runner, job_id) is True
-        code = jobs.wait(runner, job_id, poll=0.2, timeout=60)
+        code = ended(runner, job_id, 60)
     finally:
         jobs.cancel(runner, job_id)
     assert code != 0
@@ -134,7 +146,7 @@ def test_login_runner_submits_waits_and_reads(login_runner: slurm_runner.LoginRu
     job_id = jobs.submit(login_runner, "#!/bin/bash\necho \"it's $(whoami)\"\nexit 3\n",
                                  options={"output": f"{shared_dir}/%j.out", "chdir": str(shared_dir),
                                           "job-name": "ck it login"})
-    assert jobs.wait(login_runner, job_id, poll=0.2, timeout=120) == 3
+    assert ended(login_runner, job_id, 120) == 3
     assert jobs.read_output(login_runner, job_id) == "it's ckuser\n"
 
 

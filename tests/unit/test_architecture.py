@@ -105,7 +105,7 @@ LAYERS = (
     ("lifecycle",),  # submit, follow, diagnose a job
     ("app",),  # the command context
     ("api",),  # cluster_kit.submit, Job, ...: the Python API over lifecycle
-    ("commands", "docs_reference"),
+    ("commands",),
     ("cli",),
     ("__main__",),
 )
@@ -460,14 +460,14 @@ def package_surfaces() -> dict[str, list[str] | None]:
 
 
 @pytest.mark.parametrize("module, source, name", [
-    ("commands.jobs", "from cluster_kit.lifecycle.follow import FORGOTTEN\n", "cluster_kit.lifecycle.follow"),
+    ("commands.jobs", "from cluster_kit.lifecycle.outcome import FORGOTTEN\n", "cluster_kit.lifecycle.outcome"),
     ("render.environment", "def f():\n    from cluster_kit.config import yamlfile\n", "cluster_kit.config.yamlfile"),
     ("app", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cluster_kit.ssh.settings import Hop\n",
      "cluster_kit.ssh.settings"),
     ("fleet.preflight", "import cluster_kit.checks.gpu\n", "cluster_kit.checks.gpu"),
     ("commands.audit", "from ..report import html\n", "cluster_kit.report.html"),
     ("fleet.preflight", "from cluster_kit.checks import worst\n", "cluster_kit.checks.worst"),
-    ("commands.jobs", "from cluster_kit import lifecycle\nlifecycle.follow.FORGOTTEN\n", "cluster_kit.lifecycle.follow"),
+    ("commands.jobs", "from cluster_kit import lifecycle\nlifecycle.outcome.FORGOTTEN\n", "cluster_kit.lifecycle.outcome"),
 ])
 def test_an_unlisted_crossing_is_reported(module: str, source: str, name: str) -> None:
     found = surface_violations([(module, ast.parse(source))], package_surfaces())
@@ -501,3 +501,48 @@ def test_test_files_have_unique_basenames() -> None:
     for path in sorted(tests.rglob("test_*.py")):
         seen.setdefault(path.name, []).append(str(path.relative_to(tests)))
     assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
+# The house's sizes (docs/architecture.md): small modules in folders that show the
+# architecture. node/probe.py is the one exception: it is shipped to the nodes as one file.
+MAX_TOP_MODULES = 8
+MAX_FILE_LINES = 600
+ONE_FILE = ("node/probe.py",)
+MAX_CLASS_LINES = 250
+MAX_SUPERVISOR_PARAMETERS = 5
+
+
+def _parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    args = function.args
+    names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+    return len(names) - (1 if names[:1] in (["self"], ["cls"]) else 0)
+
+
+def test_the_package_top_holds_few_modules() -> None:
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= MAX_TOP_MODULES, f"{len(top)} modules at the top of cluster_kit/: {top}; put them in rooms"
+
+
+def test_no_file_or_class_grows_past_its_size() -> None:
+    too_long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = path.relative_to(PACKAGE).as_posix()
+        text = path.read_text()
+        if len(text.splitlines()) > MAX_FILE_LINES and name not in ONE_FILE:
+            too_long.append(f"{name}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES:
+                too_long.append(f"{name}: class {node.name}: {node.end_lineno - node.lineno + 1} lines")
+            if name.startswith("supervisor/") and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                    and _parameters(node) > MAX_SUPERVISOR_PARAMETERS:
+                too_long.append(f"{name}: {node.name} takes {_parameters(node)} parameters")
+    assert too_long == []
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("def f(a, b, c, d, e, f):\n    pass\n", 6),
+    ("class A:\n    def m(self, a, *, b):\n        pass\n", 2),
+])
+def test_parameters_are_counted_without_self(source: str, expected: int) -> None:
+    function = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef))
+    assert _parameters(function) == expected

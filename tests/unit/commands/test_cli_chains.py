@@ -246,3 +246,4 @@ def test_a_job_without_resilience_reads_no_attempts_record(work: Path, cluster: 
         ck(*command)
     assert {argv[0] for argv in cluster.calls} == {"squeue", "scontrol", "tail"}
     assert "attempts" not in json.loads(ck("status", "40", "--json").stdout)
+

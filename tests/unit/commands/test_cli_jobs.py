@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cluster_kit.commands.jobs import cancel_hint, submit_document
+from cluster_kit.commands.jobs import cancel_hint
 from cluster_kit.config.load import load_job
 from cluster_kit.config.search import SearchPath
 from cluster_kit.fleet import routing
+from cluster_kit.report.jobs import submit_document
 
 
 def job_with(tmp_path: Path, profile: str) -> object:

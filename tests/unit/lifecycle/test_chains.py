@@ -167,8 +167,8 @@ def test_wait_follows_the_restart_and_exits_with_the_chains_code(logs: Path) -> 
 
     said: list[str] = []
     seen: list[str] = []
-    result = lifecycle.wait(cluster, "123", poll=0, on_restart=said.append, sleep=sleep,
-                            on_status=lambda s: seen.append(f"{s.job_id} {s.state}"))
+    result = lifecycle.wait(cluster, "123", on_status=lambda s: seen.append(f"{s.job_id} {s.state}"),
+                            on_restart=said.append, how=lifecycle.Following(poll=0, sleep=sleep))
     assert said == [("attempt 0 ended (hang: rank 3 is not in all_reduce #11 that ranks 0-2 wait in; its stack: "
                      "supervised_job.py:43 in load_batch); restarted as job 124 without n2")]
     assert seen == ["123 RUNNING", "123 FAILED", "124 PENDING", "124 RUNNING", "124 COMPLETED"]
@@ -185,6 +185,34 @@ def test_wait_follows_the_restart_and_exits_with_the_chains_code(logs: Path) -> 
     assert restart is not None and (restart.chain_id, restart.outputs) == ("123", {"124": str(logs / "train-124.out")})
 
 
+def test_wait_follows_a_job_slurm_requeued_under_its_own_id_without_spinning(logs: Path) -> None:
+    """Preempted, then requeued by Slurm as the same job: the end Slurm showed is not the
+    chain's; the job is polled again (at the poll's pace), and the line said once."""
+    preempted = {"attempt": 0, "slurm_job_id": "123", "nodes": "n[1-2]", "ended": "preempted",
+                 "output": str(logs / "train-123.out"), "why": "preempted; Slurm requeues it"}
+    data = {"format": record.FORMAT, "job_id": "123", "attempts": [preempted], "final": None,
+            "resilience": RESILIENCE}
+    save_chain(logs, data)
+    submitted("123", logs, RESILIENCE)
+    cluster = ChainCluster()
+    cluster.job("123", "running", "cancelled", "cancelled", "pending", "running", "completed",
+                output=logs / "train-123.out", nodes="n[1-2]")
+    naps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        naps.append(seconds)
+        if cluster.jobs["123"].phase == "completed":
+            done = dict(preempted, attempt=1, ended="completed", exit_code=0, why="completed")
+            save_chain(logs, dict(data, attempts=[preempted, done],
+                                  final={"ended": "completed", "exit_code": 0, "why": "completed"}))
+
+    said: list[str] = []
+    result = lifecycle.wait(cluster, "123", on_restart=said.append, how=lifecycle.Following(poll=7, sleep=sleep))
+    assert said == ["attempt 0 ended (preempted); Slurm requeued it as the same job"]
+    assert (result.job_id, result.state, result.exit_status) == ("123", "COMPLETED", 0)
+    assert naps.count(7) >= 3 and len(naps) < 40
+
+
 def test_a_chain_that_used_up_its_restarts_exits_with_the_records_code(logs: Path) -> None:
     plant_chain("crash_max_restarts", logs)
     submitted("130", logs, dict(RESILIENCE, max_restarts=1))
@@ -192,7 +220,7 @@ def test_a_chain_that_used_up_its_restarts_exits_with_the_records_code(logs: Pat
     cluster.job("130", "failed", output=logs / "train-130.out")
     cluster.job("131", "failed", output=logs / "train-131.out")
     said: list[str] = []
-    result = lifecycle.wait(cluster, "130", poll=0, on_restart=said.append, sleep=lambda _s: None)
+    result = lifecycle.wait(cluster, "130", on_restart=said.append, how=lifecycle.Following(poll=0, sleep=lambda _s: None))
     assert said == [("attempt 0 ended (crash: rank 2 (n2) failed first: ValueError: batch 5 has no labels at "
                      "supervised_job.py:57 in bad_batch); restarted as job 131 without n2")]
     assert (result.job_id, result.exit_status) == ("131", 1)  # Slurm says 3: the supervisor's code counts
@@ -203,7 +231,7 @@ def test_wait_for_a_job_without_resilience_is_as_before(logs: Path) -> None:
     submitted("40", logs)
     cluster = ChainCluster()
     cluster.job("40", "running", "failed", output=logs / "train-40.out")
-    result = lifecycle.wait(cluster, "40", poll=0, sleep=lambda _s: None)
+    result = lifecycle.wait(cluster, "40", how=lifecycle.Following(poll=0, sleep=lambda _s: None))
     assert (result.exit_status, result.attempts) == (3, ())
     assert {argv[0] for argv in cluster.calls} == {"squeue", "scontrol", "tail"}
 
@@ -215,8 +243,8 @@ def test_a_record_that_never_says_the_end_leaves_the_word_to_slurm(logs: Path) -
     cluster = ChainCluster()
     cluster.job("123", "killed", output=logs / "train-123.out")
     naps: list[float] = []
-    result = lifecycle.wait(cluster, "123", poll=0, sleep=naps.append)
-    assert len(naps) == lifecycle.follow.RECORD_READS
+    result = lifecycle.wait(cluster, "123", how=lifecycle.Following(poll=0, sleep=naps.append))
+    assert len(naps) == lifecycle.follow_loop.RECORD_READS
     assert (result.job_id, result.exit_status) == ("123", 143)
     assert "does not say how attempt 0 ended (its supervisor did not finish)" in result.explanation
 

@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from cluster_kit.cli import cli
-from cluster_kit.commands.jobs import with_sweep
 from cluster_kit.lifecycle import records
 from cluster_kit.lifecycle.request import build_dependency, script_provenance
+from cluster_kit.report.jobs import with_sweep
 from cluster_kit.slurm.runner import LocalRunner
 
 

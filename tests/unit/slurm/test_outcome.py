@@ -119,16 +119,16 @@ def test_diagnose_blames_the_rank_that_raised_with_its_last_line() -> None:
 
 
 def test_diagnose_blames_no_one_for_a_time_limit() -> None:
-    from cluster_kit.lifecycle import diagnosis, follow
+    from cluster_kit.lifecycle import diagnosis, outcome
 
     runner = Replay.of("squeue_time_limit", "scontrol_show_job_time_limit")
     status = jobs.job_status(runner, "5")
-    assert follow.ended_as(status) == "time_limit"
+    assert outcome.ended_as(status) == "time_limit"
     assert diagnosis.culprit("time_limit", None, text("output_time_limit.out"), ranks=True) is None
     raised = jobs.job_status(Replay.of("squeue_rank_raised", "scontrol_show_job_rank_raised"), "2")
-    assert follow.ended_as(raised) == "crash"
+    assert outcome.ended_as(raised) == "crash"
     running = jobs.job_status(Replay.of("squeue_running"), "22")
-    assert follow.ended_as(running) == "running"
+    assert outcome.ended_as(running) == "running"
 
 
 def test_a_task_its_array_does_not_have_is_an_unknown_job_with_the_fix() -> None:

@@ -192,11 +192,11 @@ def test_settle_polls_past_partition_config_and_the_job_can_never_start() -> Non
                                "PartitionNodeLimit: it asks for 3 nodes, partition debug has 2")
 
 
-def test_wait_cancels_a_job_that_can_never_start() -> None:
+def test_watch_cancels_a_job_that_can_never_start() -> None:
     runner = Sequenced(["squeue_partition_node_limit"], sinfo_nodes=slurm.build_sinfo_nodes("debug"),
                        scancel_pending=slurm.build_scancel("2"))
     with pytest.raises(ClusterRefused, match="PartitionNodeLimit.*; cancelled it"):
-        jobs.wait(runner, "2", sleep=lambda _s: None, cancel_never_start=True)
+        list(jobs.watch(runner, "2", sleep=lambda _s: None, cancel_never_start=True))
     assert runner.calls[-1] == slurm.build_scancel("2")
 
 

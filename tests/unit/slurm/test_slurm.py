@@ -425,15 +425,16 @@ def test_status_of_a_forgotten_job_without_accounting() -> None:
         jobs.job_status(runner, "999999")
 
 
-def test_wait_returns_the_exit_status() -> None:
+def test_watch_ends_with_the_exit_status() -> None:
     runner = Replay.of("squeue_timeout", "scontrol_show_job_timeout")
-    assert jobs.wait(runner, "18", sleep=lambda _s: None) == 143
+    assert [s.exit_status for s in jobs.watch(runner, "18", sleep=lambda _s: None)] == [143]
 
 
-def test_wait_gives_up_after_its_timeout() -> None:
+def test_watch_polls_a_running_job_until_the_caller_stops() -> None:
     runner = Replay.of("squeue_running")
-    with pytest.raises(ClusterRefused, match="still RUNNING"):
-        jobs.wait(runner, "22", timeout=0, sleep=lambda _s: None)
+    naps: list[float] = []
+    watched = jobs.watch(runner, "22", poll=7.0, sleep=naps.append)
+    assert [next(watched).state for _ in range(3)] == ["RUNNING"] * 3 and naps == [7.0, 7.0]
 
 
 def test_cancel() -> None:

@@ -8,10 +8,10 @@ config/vocab.py, check ids from the findings the package builds (every
 `Finding`/`passed`/`failed`/`warned` call with a literal id), and the
 defaults of the checks that own them.
 
-    python -m cluster_kit.docs_reference          # rewrite docs/reference.md
-    python -m cluster_kit.docs_reference --check  # exit 1 when it is stale
+    .venv/bin/python scripts/docs_reference.py          # rewrite docs/reference.md
+    .venv/bin/python scripts/docs_reference.py --check  # exit 1 when it is stale
 
-Nothing imports this module; it sits above the package's rooms and reads them.
+A tool of the repository, not of the package: it reads the package's rooms from above.
 """
 from __future__ import annotations
 
@@ -30,8 +30,9 @@ from cluster_kit.checks.rdma_errors import DEFAULT_THRESHOLDS
 from cluster_kit.config import json_schema, specs, vocab
 from cluster_kit.config import spec as config_spec
 
-PACKAGE = Path(__file__).resolve().parent
-REFERENCE = PACKAGE.parent / "docs" / "reference.md"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "cluster_kit"
+REFERENCE = ROOT / "docs" / "reference.md"
 BLOCK = re.compile(r"(<!-- generated: ([a-z-]+) -->\n)(.*?)(<!-- end: \2 -->)", re.DOTALL)
 FINDING_CALLS = ("Finding", "passed", "failed", "warned")
 CHECK_ID = re.compile(r"[a-z]+\.[a-z_]+\Z")
